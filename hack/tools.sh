@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Builds the pinned Go tools (Kubernetes control plane, etcd, kwok, helm) into a cache outside the work tree.
+#
+#   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
+#   hack/tools.sh --dir      print that directory only (exit 1 when something is not built yet)
+#
+# Each tool is one Go module under tools/<name> (go.mod and go.sum committed). A build lands in
+# $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum and this script>/ and is reused until one of those
+# changes, so a warm run takes seconds. Every binary is then linked into $LRP_CACHE_DIR/bin-<hash of all>/.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${LRP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-registry-publisher}
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly
+
+k8s_version=v1.36.3
+k8s_ldflags() {
+  local v=$k8s_version minor
+  minor=${v#v1.}; minor=${minor%%.*}
+  local flags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  echo "$flags"
+}
+
+# name | version | "output=package" pairs
+tools() {
+  echo "k8s|$k8s_version|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
+  echo "etcd|$(module_version etcd go.etcd.io/etcd/server/v3)|etcd=go.etcd.io/etcd/server/v3"
+  echo "kwok|$(module_version kwok sigs.k8s.io/kwok)|kwok=sigs.k8s.io/kwok/cmd/kwok"
+  echo "helm|$(module_version helm helm.sh/helm/v4)|helm=helm.sh/helm/v4/cmd/helm"
+}
+
+module_version() { awk -v m="$2" '$1 == m { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "$root/tools/$1/go.mod"; }
+
+# Bump when the way a tool is built changes without its go.mod, targets or flags changing.
+recipe=1
+
+# A build is keyed by everything that shapes it: the module pins, what is built, how, and by which Go.
+key_of() {
+  local name=$1 targets=$2
+  { cat "$root/tools/$name/go.mod" "$root/tools/$name/go.sum"; echo "$targets|$(ldflags_of "$name")|$recipe"; go env GOVERSION; } |
+    sha256sum | cut -c1-12
+}
+
+ldflags_of() { if [ "$1" = k8s ]; then k8s_ldflags; else echo "-s -w"; fi; }
+
+# kwok exits with "no stages found" unless it is given Stage objects; its module ships the standard ones.
+kwok_stages() {
+  local src
+  src=$(cd "$root/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"; cat "$src/$f"
+  done
+}
+
+elapsed() { local s=$(( $(date +%s) - $1 )); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+build_tool() {
+  local name=$1 version=$2 targets=$3 dir=$4
+  local started log ldflags ticker
+  started=$(date +%s)
+  log=$(mktemp)
+  ldflags=$(ldflags_of "$name")
+  echo "[tools] building $name $version (${targets//=*([^ ])/}) into $dir" >&2
+  rm -rf "$dir.partial"
+  mkdir -p "$dir.partial/bin"
+  # Progress for long builds: how many packages are done and which one is compiling, every 30 s.
+  ( while sleep 30; do
+      echo "[tools]   $name: $(elapsed "$started") elapsed, $(wc -l <"$log") packages compiled, last: $(tail -n1 "$log")" >&2
+    done ) &
+  ticker=$!
+  (
+    cd "$root/tools/$name"
+    go mod download
+    local target out pkg
+    for target in $targets; do
+      out=${target%%=*}; pkg=${target#*=}
+      go build -v -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$dir.partial/bin/$out" "$pkg"
+    done
+  ) 2>"$log" || { kill $ticker 2>/dev/null; echo "[tools] building $name failed:" >&2; tail -n 40 "$log" >&2; rm -f "$log"; return 1; }
+  kill $ticker 2>/dev/null || true
+  rm -f "$log"
+  [ "$name" = kwok ] && kwok_stages >"$dir.partial/bin/kwok-stages.yaml"
+  mv "$dir.partial" "$dir"
+  # Older builds of this tool are superseded; keep the cache from growing with every pin change.
+  find "$cache/tools" -maxdepth 1 -name "$name-*" ! -path "$dir" -exec rm -rf {} + 2>/dev/null || true
+  echo "[tools] built $name $version in $(elapsed "$started")" >&2
+}
+
+main() {
+  shopt -s extglob
+  local only_dir=0
+  [ "${1:-}" = "--dir" ] && only_dir=1
+  local started all_keys="" line name version targets key dir missing=0
+  started=$(date +%s)
+  while IFS='|' read -r name version targets; do
+    key=$(key_of "$name" "$targets")
+    dir="$cache/tools/$name-$version-$key"
+    all_keys+="$name-$version-$key "
+    if [ ! -d "$dir" ]; then
+      if [ $only_dir = 1 ]; then missing=1; continue; fi
+      build_tool "$name" "$version" "$targets" "$dir"
+    fi
+  done < <(tools)
+  [ $missing = 0 ] || { echo "[tools] not built yet: run hack/tools.sh" >&2; exit 1; }
+  local bin="$cache/bin-$(echo "$all_keys" | sha256sum | cut -c1-12)"
+  if [ ! -d "$bin" ]; then
+    mkdir -p "$bin.partial"
+    for key in $all_keys; do ln -sf "$cache/tools/$key/bin/"* "$bin.partial/"; done
+    mv "$bin.partial" "$bin"
+    find "$cache" -maxdepth 1 -name 'bin-*' ! -path "$bin" -exec rm -rf {} + 2>/dev/null || true
+  fi
+  [ $only_dir = 1 ] || echo "[tools] all tools ready in $(elapsed "$started"): $bin" >&2
+  echo "$bin"
+}
+
+main "$@"

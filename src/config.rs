@@ -1,0 +1,355 @@
+//! Command-line flags (each with an environment twin) and their validation. Anything invalid is rejected by clap
+//! with exit status 2 and one line naming the option, before the cluster is touched.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::hosting;
+
+pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
+
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "local-registry-publisher",
+    version,
+    about = "Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster.",
+    long_about = "Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster.\n\n\
+        Label the registry's Service (or the Deployment, StatefulSet or DaemonSet behind it) with\n\
+        local-registry-publisher.io/registry=true, or run minikube's or MicroK8s's registry addon, and the\n\
+        ConfigMap that Tilt, Skaffold, ctlptl and in-cluster builders read follows it: ports, Service type,\n\
+        load-balancer address, readiness and deletion."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub publish: PublishArgs,
+
+    /// Path to a kubeconfig; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account is used.
+    #[arg(long, env = "LRP_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, env = "LRP_CONTEXT")]
+    pub context: Option<String>,
+
+    /// Log format.
+    #[arg(long, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log level or tracing filter (error, warn, info, debug, trace, or e.g. "info,kube=debug"); RUST_LOG wins.
+    #[arg(long, env = "LRP_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
+    pub log_level: String,
+}
+
+/// What to publish and where: everything the pure decision logic needs.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PublishArgs {
+    /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
+    /// registry Service selects.
+    #[arg(long, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
+    pub registry_selector: String,
+
+    /// Do not recognise minikube's registry addon (kube-system/registry) or MicroK8s's
+    /// (container-registry/registry) unless they carry the selector's label.
+    #[arg(long, env = "LRP_NO_BUILTIN_REGISTRIES")]
+    pub no_builtin_registries: bool,
+
+    /// Namespaces to watch for registries, comma-separated; all namespaces when empty.
+    #[arg(long, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    pub watch_namespaces: Vec<String>,
+
+    /// Namespace of the published ConfigMap.
+    #[arg(long, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
+    pub configmap_namespace: String,
+
+    /// Name of the published ConfigMap.
+    #[arg(long, env = "LRP_CONFIGMAP_NAME", default_value = "local-registry-hosting", value_parser = parse_dns_subdomain)]
+    pub configmap_name: String,
+
+    /// Cluster DNS domain used in hostFromClusterNetwork.
+    #[arg(long, env = "LRP_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = parse_cluster_domain)]
+    pub cluster_domain: String,
+
+    /// How tools outside the cluster reach a node's hostPort or nodePort: "localhost" (MicroK8s, k3s, Docker
+    /// Desktop, kind with port mappings), "internal-ip" (the node's InternalIP: minikube, VMs), or an IP
+    /// address or dotted host name.
+    #[arg(long, env = "LRP_NODE_ADDRESS", default_value = "localhost", value_parser = parse_node_address)]
+    pub node_address: NodeAddress,
+
+    /// Help URL published with the registry, and alone while no registry is usable (unless the registry
+    /// Service has its own local-registry-publisher.io/help annotation).
+    #[arg(long, env = "LRP_HELP_URL", value_parser = parse_help_url)]
+    pub help_url: Option<String>,
+
+    /// How long a published registry may have no ready endpoint before it is withdrawn, so a rolling restart
+    /// does not flap the ConfigMap.
+    #[arg(long, env = "LRP_GRACE_PERIOD", default_value = "15s", value_parser = parse_duration)]
+    pub grace_period: Duration,
+
+    /// Overwrite a ConfigMap that another tool (kind's script, k3d, ctlptl, a human) created.
+    #[arg(long, env = "LRP_TAKE_OVER")]
+    pub take_over: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeAddress {
+    Localhost,
+    InternalIp,
+    Literal(String),
+}
+
+impl PublishArgs {
+    /// Whether the watches span every namespace.
+    pub fn all_namespaces(&self) -> bool {
+        self.watch_namespaces.is_empty()
+    }
+
+    pub fn watches_namespace(&self, namespace: &str) -> bool {
+        self.all_namespaces() || self.watch_namespaces.iter().any(|n| n == namespace)
+    }
+}
+
+impl Default for PublishArgs {
+    fn default() -> Self {
+        Args::parse_from(["local-registry-publisher"]).publish
+    }
+}
+
+fn parse_duration(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value).map_err(|e| format!("{e} (use e.g. 15s, 1m, 500ms)"))
+}
+
+fn parse_help_url(value: &str) -> Result<String, String> {
+    let probe = hosting::LocalRegistryHostingV1::help_only(value.to_string());
+    probe
+        .validate()
+        .map(|()| value.to_string())
+        .map_err(|e| e.reason)
+}
+
+fn parse_node_address(value: &str) -> Result<NodeAddress, String> {
+    match value {
+        "localhost" => Ok(NodeAddress::Localhost),
+        "internal-ip" => Ok(NodeAddress::InternalIp),
+        literal
+            if literal.parse::<std::net::IpAddr>().is_ok()
+                || (literal.contains('.') && is_dns_name(literal)) =>
+        {
+            Ok(NodeAddress::Literal(literal.to_ascii_lowercase()))
+        }
+        other => Err(format!(
+            "unknown mode {other:?}: use localhost, internal-ip, or an IP address or dotted host name"
+        )),
+    }
+}
+
+fn parse_log_filter(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn parse_namespace(value: &str) -> Result<String, String> {
+    let valid = !value.is_empty() && value.len() <= 63 && is_dns_label(value);
+    if valid {
+        Ok(value.to_string())
+    } else {
+        Err(format!("{value:?} is not a valid namespace name"))
+    }
+}
+
+fn parse_dns_subdomain(value: &str) -> Result<String, String> {
+    if value.len() <= 253 && is_dns_name(value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!("{value:?} is not a valid object name"))
+    }
+}
+
+fn parse_cluster_domain(value: &str) -> Result<String, String> {
+    let trimmed = value.trim_end_matches('.');
+    if is_dns_name(trimmed) {
+        Ok(trimmed.to_string())
+    } else {
+        Err(format!("{value:?} is not a DNS domain"))
+    }
+}
+
+fn is_dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+fn is_dns_name(name: &str) -> bool {
+    name.split('.').all(is_dns_label)
+}
+
+/// Checks label-selector syntax as the API server would, so a typo exits at start instead of failing every watch.
+fn parse_label_selector(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty: it would select every Service".into());
+    }
+    for requirement in split_requirements(value) {
+        check_requirement(requirement.trim()).map_err(|e| format!("{requirement:?}: {e}"))?;
+    }
+    Ok(value.to_string())
+}
+
+/// Splits on commas outside parentheses: `a in (x,y),b` is two requirements.
+fn split_requirements(value: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in value.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&value[start..]);
+    parts
+}
+
+fn check_requirement(requirement: &str) -> Result<(), String> {
+    if let Some(key) = requirement.strip_prefix('!') {
+        return check_label_key(key.trim());
+    }
+    for operator in ["!=", "==", "="] {
+        if let Some((key, value)) = requirement.split_once(operator) {
+            check_label_key(key.trim())?;
+            return check_label_value(value.trim());
+        }
+    }
+    for operator in [" notin ", " in "] {
+        if let Some((key, values)) = requirement.split_once(operator) {
+            check_label_key(key.trim())?;
+            let inner = values
+                .trim()
+                .strip_prefix('(')
+                .and_then(|v| v.strip_suffix(')'))
+                .ok_or("a set needs parentheses, like in (a,b)")?;
+            return inner
+                .split(',')
+                .try_for_each(|v| check_label_value(v.trim()));
+        }
+    }
+    check_label_key(requirement)
+}
+
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && !(prefix.len() <= 253 && is_dns_name(prefix))
+    {
+        return Err(format!(
+            "label key prefix {prefix:?} is not a DNS subdomain"
+        ));
+    }
+    if name.is_empty() || !is_label_name(name) {
+        return Err(format!("{key:?} is not a valid label key"));
+    }
+    Ok(())
+}
+
+fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err(format!("{value:?} is not a valid label value"))
+    }
+}
+
+fn is_label_name(name: &str) -> bool {
+    name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(
+            std::iter::once("local-registry-publisher").chain(args.iter().copied()),
+        )
+    }
+
+    #[test]
+    fn defaults_publish_to_kube_public() {
+        let args = parse(&[]).unwrap().publish;
+        assert_eq!(args.configmap_namespace, "kube-public");
+        assert_eq!(args.configmap_name, "local-registry-hosting");
+        assert_eq!(args.registry_selector, DEFAULT_SELECTOR);
+        assert_eq!(args.node_address, NodeAddress::Localhost);
+        assert_eq!(args.grace_period, Duration::from_secs(15));
+        assert!(args.all_namespaces() && !args.take_over && !args.no_builtin_registries);
+    }
+
+    #[test]
+    fn accepts_valid_values() {
+        let args = parse(&[
+            "--registry-selector=app.kubernetes.io/name in (registry,zot),tier!=test,!legacy",
+            "--node-address=internal-ip",
+            "--watch-namespaces=a,b",
+            "--grace-period=1m30s",
+            "--help-url=https://kind.sigs.k8s.io/docs/user/local-registry/",
+        ])
+        .unwrap()
+        .publish;
+        assert_eq!(args.node_address, NodeAddress::InternalIp);
+        assert_eq!(args.watch_namespaces, ["a", "b"]);
+        assert_eq!(args.grace_period, Duration::from_secs(90));
+        assert_eq!(
+            parse(&["--node-address=192.168.49.2"])
+                .unwrap()
+                .publish
+                .node_address,
+            NodeAddress::Literal("192.168.49.2".into())
+        );
+    }
+
+    #[test]
+    fn rejects_invalid_values_with_exit_status_2_naming_the_option() {
+        for (flag, needle) in [
+            ("--registry-selector=app in registry", "parentheses"),
+            ("--registry-selector=Bad Key=x", "label key"),
+            ("--registry-selector=", "empty"),
+            ("--node-address=external-ip", "unknown mode"),
+            ("--help-url=kind.sigs.k8s.io", "http"),
+            ("--grace-period=soon", "15s"),
+            ("--watch-namespaces=Kube_System", "namespace"),
+            ("--log-format=xml", "xml"),
+            ("--log-level=info,[", "log-level"),
+        ] {
+            let error = parse(&[flag]).expect_err(flag);
+            assert_eq!(error.exit_code(), 2, "{flag}");
+            let option = flag.split('=').next().unwrap();
+            let text = error.to_string();
+            assert!(
+                text.contains(option) && text.contains(needle),
+                "{flag}: {text}"
+            );
+        }
+    }
+}

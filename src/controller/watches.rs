@@ -1,0 +1,209 @@
+//! Watches filtered on the server side, one per [`WatchKey`], whose set can change as registries come and go.
+//! Every watch feeds its own reflector store and wakes the reconcile loop on each change.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+/// One server-side filtered watch: a namespace (or all) and label and field selectors.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WatchKey {
+    pub namespace: Option<String>,
+    pub labels: Option<String>,
+    pub fields: Option<String>,
+}
+
+impl WatchKey {
+    pub fn in_namespace(namespace: Option<&str>) -> Self {
+        Self {
+            namespace: namespace.map(Into::into),
+            ..Self::default()
+        }
+    }
+
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.labels = Some(selector.into());
+        self
+    }
+
+    /// Only the object with this name, as a `metadata.name` field selector.
+    pub fn named(mut self, name: &str) -> Self {
+        self.fields = Some(format!("metadata.name={name}"));
+        self
+    }
+}
+
+impl std::fmt::Display for WatchKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "namespace={}", self.namespace.as_deref().unwrap_or("*"))?;
+        if let Some(labels) = &self.labels {
+            write!(f, " labels={labels}")?;
+        }
+        if let Some(fields) = &self.fields {
+            write!(f, " fields={fields}")?;
+        }
+        Ok(())
+    }
+}
+
+struct Running<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    synced: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Drop for Running<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type ApiFor<K> = fn(Client, Option<&str>) -> Api<K>;
+
+/// The watches of one resource kind.
+pub struct WatchSet<K: Resource<DynamicType = ()> + 'static> {
+    client: Client,
+    api_for: ApiFor<K>,
+    changed: Arc<Notify>,
+    running: BTreeMap<WatchKey, Running<K>>,
+}
+
+impl<K> WatchSet<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    pub fn namespaced(client: Client, changed: Arc<Notify>) -> Self {
+        let api_for: ApiFor<K> = |client, namespace| match namespace {
+            Some(namespace) => Api::namespaced(client, namespace),
+            None => Api::all(client),
+        };
+        Self {
+            client,
+            api_for,
+            changed,
+            running: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K> WatchSet<K>
+where
+    K: Resource<DynamicType = (), Scope = ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    pub fn cluster_scoped(client: Client, changed: Arc<Notify>) -> Self {
+        Self {
+            client,
+            api_for: |client, _| Api::all(client),
+            changed,
+            running: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K> WatchSet<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Runs exactly the watches in `keys`: starts the new ones and stops the ones no longer wanted.
+    pub fn follow(&mut self, keys: impl IntoIterator<Item = WatchKey>) {
+        let wanted: std::collections::BTreeSet<WatchKey> = keys.into_iter().collect();
+        self.running.retain(|key, _| wanted.contains(key));
+        for key in wanted {
+            if !self.running.contains_key(&key) {
+                let running = self.start(&key);
+                self.running.insert(key, running);
+            }
+        }
+    }
+
+    /// Every object the watches hold.
+    pub fn objects(&self) -> Vec<Arc<K>> {
+        self.running
+            .values()
+            .flat_map(|r| r.store.state())
+            .collect()
+    }
+
+    /// Whether every watch has listed its objects at least once.
+    pub fn synced(&self) -> bool {
+        self.running
+            .values()
+            .all(|r| r.synced.load(Ordering::Acquire))
+    }
+
+    fn start(&self, key: &WatchKey) -> Running<K> {
+        let api = (self.api_for)(self.client.clone(), key.namespace.as_deref());
+        let config = watcher::Config {
+            label_selector: key.labels.clone(),
+            field_selector: key.fields.clone(),
+            ..watcher::Config::default()
+        };
+        let (store, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let name = format!("{} {key}", K::kind(&()));
+        debug!(watch = %name, "starting watch");
+        let task = tokio::spawn(watch(
+            api,
+            config,
+            writer,
+            synced.clone(),
+            self.changed.clone(),
+            name,
+        ));
+        Running {
+            store,
+            synced,
+            task,
+        }
+    }
+}
+
+async fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    synced: Arc<AtomicBool>,
+    changed: Arc<Notify>,
+    name: String,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::InitDone) => {
+                synced.store(true, Ordering::Release);
+                changed.notify_one();
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => changed.notify_one(),
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Err(error) => {
+                warn!(watch = %name, %error, "watch failed; retrying with backoff");
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The KEP-1755 `localRegistryHosting.v1` document: rendering it so every known reader accepts it, parsing it the
+//! way readers do, and the rules a value must pass before it is published.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The only data key any reader reads today.
+pub const DATA_KEY: &str = "localRegistryHosting.v1";
+
+/// One `localRegistryHosting.v1` document. Empty fields are `None` and never rendered: Skaffold counts a
+/// present-but-empty `host` as a registry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalRegistryHostingV1 {
+    /// Where tools outside the cluster push, `host[:port]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// What the node's container runtime pulls from; readers fall back to `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_from_container_runtime: Option<String>,
+    /// Where pods reach the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_from_cluster_network: Option<String>,
+    /// A URL explaining how to set up or debug the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
+}
+
+/// A value that a known reader would reject or misread.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {value:?}: {reason}")]
+pub struct InvalidValue {
+    pub field: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("not a YAML mapping of strings: {0}")]
+    Yaml(String),
+}
+
+impl LocalRegistryHostingV1 {
+    /// A document that only points at help, published while no registry is usable.
+    pub fn help_only(help: String) -> Self {
+        Self {
+            help: Some(help),
+            ..Self::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields().all(|(_, value)| value.is_none())
+    }
+
+    /// The fields in the order they are rendered. `host` comes first: line-based readers take the first `host:`.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
+        [
+            ("host", self.host.as_deref()),
+            (
+                "hostFromContainerRuntime",
+                self.host_from_container_runtime.as_deref(),
+            ),
+            (
+                "hostFromClusterNetwork",
+                self.host_from_cluster_network.as_deref(),
+            ),
+            ("help", self.help.as_deref()),
+        ]
+        .into_iter()
+    }
+
+    /// Checks every rule in one pass; the first broken rule is returned.
+    pub fn validate(&self) -> Result<(), InvalidValue> {
+        for (field, value) in self.fields() {
+            let Some(value) = value else { continue };
+            match field {
+                "help" => validate_help(value),
+                _ => validate_host(value),
+            }
+            .map_err(|reason| InvalidValue {
+                field,
+                value: value.to_string(),
+                reason,
+            })?;
+            // The knative Tiltfile greps for "host:" and keeps every matching line, so only the host line may match.
+            if field != "host" && value.contains("host:") {
+                return Err(InvalidValue {
+                    field,
+                    value: value.to_string(),
+                    reason: "must not contain the text \"host:\", which line-based readers take for the host line"
+                        .into(),
+                });
+            }
+        }
+        if self.host_from_container_runtime.is_some()
+            && self.host.is_none()
+            && self.host_from_cluster_network.is_none()
+        {
+            return Err(InvalidValue {
+                field: "hostFromContainerRuntime",
+                value: self.host_from_container_runtime.clone().unwrap_or_default(),
+                reason:
+                    "needs host or hostFromClusterNetwork beside it: a way to pull but none to push"
+                        .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Block YAML, one `key: "value"` line per non-empty field, `host` first. Call [`validate`](Self::validate)
+    /// first: validated values hold no character that needs escaping.
+    pub fn render(&self) -> String {
+        self.fields()
+            .filter_map(|(key, value)| value.map(|v| format!("{key}: \"{v}\"\n")))
+            .collect()
+    }
+
+    /// Parses a document the way readers do: a YAML mapping, unknown keys ignored.
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        serde_saphyr::from_str(text).map_err(|e| ParseError::Yaml(e.to_string()))
+    }
+}
+
+impl fmt::Display for LocalRegistryHostingV1 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .fields()
+            .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
+            .collect();
+        if parts.is_empty() {
+            f.write_str("(empty)")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
+/// `name[:port]` as container tools parse an image reference's registry part.
+fn validate_host(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("is empty".into());
+    }
+    if value.contains("://") {
+        return Err("must not have a scheme (no http:// or https://)".into());
+    }
+    if value.contains('/') {
+        return Err("must be host[:port] with no path or trailing slash".into());
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\'))
+    {
+        return Err(format!("must not contain {bad:?}"));
+    }
+    if value.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err("must be lowercase (image references reject upper-case registry names)".into());
+    }
+    let (name, port) = split_host_port(value)?;
+    if let Some(port) = port {
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(format!("port {port:?} is not a number from 1 to 65535")),
+        }
+    }
+    if name.starts_with('[') {
+        if name == "[::]" {
+            return Err("the unspecified address [::] is not reachable".into());
+        }
+    } else if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        if name == "0.0.0.0" {
+            return Err("0.0.0.0 is a listen address, not one to connect to".into());
+        }
+    } else {
+        validate_dns_name(name)?;
+        if name == "unknown" {
+            return Err("\"unknown\" is a placeholder, not a host".into());
+        }
+    }
+    if port.is_none() && !name.contains('.') && !name.starts_with('[') && name != "localhost" {
+        return Err(format!(
+            "a bare name like {name:?} is read as a Docker Hub namespace: add a port, use a dotted name, or localhost"
+        ));
+    }
+    Ok(())
+}
+
+fn split_host_port(value: &str) -> Result<(&str, Option<&str>), String> {
+    if let Some(rest) = value.strip_prefix('[') {
+        let end = rest
+            .find(']')
+            .ok_or("an IPv6 address lacks its closing bracket")?;
+        let name = &value[..end + 2];
+        return match &value[end + 2..] {
+            "" => Ok((name, None)),
+            after => after
+                .strip_prefix(':')
+                .map(|p| (name, Some(p)))
+                .ok_or_else(|| "junk after ]".to_string()),
+        };
+    }
+    match value.split_once(':') {
+        None => Ok((value, None)),
+        Some((_, port)) if port.contains(':') => {
+            Err("an IPv6 address must be in brackets, like [::1]:5000".into())
+        }
+        Some((name, port)) => Ok((name, Some(port))),
+    }
+}
+
+fn validate_dns_name(name: &str) -> Result<(), String> {
+    if name.len() > 253 {
+        return Err("the name is longer than 253 characters".into());
+    }
+    for label in name.split('.') {
+        let valid = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-');
+        if !valid {
+            return Err(format!("{label:?} is not a valid DNS label"));
+        }
+    }
+    Ok(())
+}
+
+fn validate_help(value: &str) -> Result<(), String> {
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"))
+        .ok_or("must be an absolute http:// or https:// URL")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err("the URL has no host".into());
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\'))
+    {
+        return Err(format!("must not contain {bad:?}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(host: &str, runtime: &str, cluster: &str, help: &str) -> LocalRegistryHostingV1 {
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        LocalRegistryHostingV1 {
+            host: some(host),
+            host_from_container_runtime: some(runtime),
+            host_from_cluster_network: some(cluster),
+            help: some(help),
+        }
+    }
+
+    #[test]
+    fn renders_block_yaml_in_reader_order_with_empty_fields_left_out() {
+        let d = doc(
+            "localhost:5001",
+            "",
+            "registry.reg.svc.cluster.local:5000",
+            "https://example.dev/registry",
+        );
+        assert_eq!(
+            d.render(),
+            "host: \"localhost:5001\"\n\
+             hostFromClusterNetwork: \"registry.reg.svc.cluster.local:5000\"\n\
+             help: \"https://example.dev/registry\"\n"
+        );
+    }
+
+    #[test]
+    fn parses_what_it_renders_and_what_other_writers_write() {
+        let d = doc(
+            "10.0.0.10:30500",
+            "127.0.0.1:30500",
+            "registry.reg.svc.cluster.local:5000",
+            "http://x.dev/",
+        );
+        assert_eq!(LocalRegistryHostingV1::parse(&d.render()).unwrap(), d);
+        // kind's documented script: unquoted keys, a comment-free block, an unknown future key.
+        let kind = "host: \"localhost:5001\"\nhelp: \"https://kind.sigs.k8s.io/docs/user/local-registry/\"\nfuture: 1\n";
+        let parsed = LocalRegistryHostingV1::parse(kind).unwrap();
+        assert_eq!(parsed.host.as_deref(), Some("localhost:5001"));
+        assert!(LocalRegistryHostingV1::parse("host: [unclosed").is_err());
+    }
+
+    #[test]
+    fn accepts_the_host_forms_readers_accept() {
+        for ok in [
+            "localhost",
+            "localhost:5000",
+            "registry.local",
+            "registry:5000",
+            "10.0.0.1:32000",
+            "[::1]:5000",
+            "my-reg.my-ns.svc.cluster.local:5000",
+            "k3d-registry.localhost:5000",
+        ] {
+            assert_eq!(validate_host(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_host_forms_some_reader_rejects() {
+        let cases = [
+            ("", "empty"),
+            ("http://localhost:5000", "scheme"),
+            ("localhost:5000/", "path"),
+            ("localhost:5000/team", "path"),
+            ("Registry.local:5000", "lowercase"),
+            ("registry", "Docker Hub"),
+            ("0.0.0.0:5000", "listen address"),
+            ("unknown:5000", "placeholder"),
+            ("localhost:0", "port"),
+            ("localhost:70000", "port"),
+            ("localhost:http", "port"),
+            ("::1:5000", "brackets"),
+            ("reg istry:5000", "contain"),
+            ("-bad.local:5000", "DNS label"),
+            ("[::]:5000", "unspecified"),
+        ];
+        for (value, reason) in cases {
+            let error = validate_host(value).expect_err(value);
+            assert!(error.contains(reason), "{value}: {error}");
+        }
+    }
+
+    #[test]
+    fn help_must_be_an_absolute_http_url() {
+        assert_eq!(
+            validate_help("https://kind.sigs.k8s.io/docs/user/local-registry/"),
+            Ok(())
+        );
+        assert_eq!(validate_help("http://wiki.example/registry?x=1"), Ok(()));
+        for bad in [
+            "kind.sigs.k8s.io",
+            "ftp://x.dev",
+            "https://",
+            "https://x.dev/a b",
+            "https://x.dev/\"q\"",
+        ] {
+            assert!(validate_help(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_the_host_line_may_contain_host_colon() {
+        let error = doc("10.0.0.1:5000", "localhost:5000", "", "")
+            .validate()
+            .unwrap_err();
+        assert_eq!(error.field, "hostFromContainerRuntime");
+        assert!(error.reason.contains("line-based"));
+        assert!(
+            doc(
+                "",
+                "",
+                "r.ns.svc.cluster.local:5000",
+                "http://localhost:8080/help"
+            )
+            .validate()
+            .is_err()
+        );
+        assert_eq!(
+            doc("localhost:5000", "127.0.0.1:5000", "", "").validate(),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_runtime_host_alone_is_rejected() {
+        assert!(doc("", "127.0.0.1:5000", "", "").validate().is_err());
+        assert_eq!(doc("", "", "", "https://x.dev/help").validate(), Ok(()));
+    }
+}

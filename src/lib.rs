@@ -1,0 +1,16 @@
+//! local-registry-publisher keeps `kube-public/local-registry-hosting` (KEP-1755) true to the registry that runs in
+//! the cluster, so Tilt, Skaffold, ctlptl and in-cluster builders find it with no configuration.
+//!
+//! - [`hosting`]: the `localRegistryHosting.v1` document and the rules its values must pass.
+//! - [`registry`]: which Services are registries and what each would publish (pure).
+//! - [`plan`]: what to write, given the registries and what is published (pure).
+//! - [`controller`]: watches, the reconcile loop, Events.
+//! - [`config`]: flags; [`app`]: wiring for the binary.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod config;
+pub mod controller;
+pub mod hosting;
+pub mod plan;
+pub mod registry;

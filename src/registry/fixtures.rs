@@ -1,0 +1,151 @@
+//! Small builders for the objects the pure logic reads, so unit tests state only what matters to them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{Value, json};
+
+use super::Workload;
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("fixture JSON matches the type")
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub struct ServiceBuilder(Value);
+
+pub fn service(namespace: &str, name: &str) -> ServiceBuilder {
+    ServiceBuilder(json!({
+        "metadata": {"namespace": namespace, "name": name, "uid": format!("uid-{namespace}-{name}"),
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"type": "ClusterIP", "ports": []}
+    }))
+}
+
+impl ServiceBuilder {
+    pub fn selector(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.0["spec"]["selector"] = json!(labels(pairs));
+        self
+    }
+    pub fn type_(mut self, type_: &str) -> Self {
+        self.0["spec"]["type"] = json!(type_);
+        self
+    }
+    pub fn external_name(mut self, name: &str) -> Self {
+        self.0["spec"]["externalName"] = json!(name);
+        self
+    }
+    pub fn port(self, name: Option<&str>, port: i32, node_port: Option<i32>) -> Self {
+        let mut entry = json!({"port": port});
+        if let Some(name) = name {
+            entry["name"] = json!(name);
+        }
+        if let Some(node_port) = node_port {
+            entry["nodePort"] = json!(node_port);
+        }
+        self.push_port(entry)
+    }
+    pub fn port_target(self, name: Option<&str>, port: i32, target: &str) -> Self {
+        let mut entry = json!({"port": port, "targetPort": target});
+        if let Some(name) = name {
+            entry["name"] = json!(name);
+        }
+        self.push_port(entry)
+    }
+    fn push_port(mut self, entry: Value) -> Self {
+        if let Some(ports) = self.0["spec"]["ports"].as_array_mut() {
+            ports.push(entry);
+        }
+        self
+    }
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.0["metadata"]["annotations"][key] = json!(value);
+        self
+    }
+    pub fn created(mut self, time: &str) -> Self {
+        self.0["metadata"]["creationTimestamp"] = json!(time);
+        self
+    }
+    pub fn ingress_ip(mut self, ip: &str) -> Self {
+        self.0["status"] = json!({"loadBalancer": {"ingress": [{"ip": ip}]}});
+        self
+    }
+    pub fn ingress_hostname(mut self, hostname: &str) -> Self {
+        self.0["status"] = json!({"loadBalancer": {"ingress": [{"hostname": hostname}]}});
+        self
+    }
+    pub fn build(self) -> Arc<Service> {
+        Arc::new(from_json(self.0))
+    }
+}
+
+pub fn workload(namespace: &str, name: &str, pod_labels: &[(&str, &str)]) -> Workload {
+    Workload {
+        kind: "Deployment",
+        namespace: namespace.into(),
+        name: name.into(),
+        pod_labels: labels(pod_labels),
+    }
+}
+
+pub fn pod(
+    namespace: &str,
+    name: &str,
+    pod_labels: &[(&str, &str)],
+    container_port: i32,
+    port_name: Option<&str>,
+    host_port: Option<i32>,
+) -> Arc<Pod> {
+    Arc::new(from_json(json!({
+        "metadata": {"namespace": namespace, "name": name, "labels": labels(pod_labels)},
+        "spec": {"containers": [{"name": "registry", "image": "registry:2",
+                 "ports": [{"containerPort": container_port, "name": port_name, "hostPort": host_port}]}]}
+    })))
+}
+
+/// An EndpointSlice of Service `service` with one endpoint per (ready, node name).
+pub fn slice(namespace: &str, service: &str, endpoints: &[(bool, &str)]) -> Arc<EndpointSlice> {
+    let endpoints: Vec<Value> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, (ready, node))| {
+            json!({"addresses": [format!("10.244.0.{}", i + 1)], "conditions": {"ready": ready}, "nodeName": node})
+        })
+        .collect();
+    Arc::new(from_json(json!({
+        "metadata": {"namespace": namespace, "name": format!("{service}-{}", endpoints.len()),
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": endpoints
+    })))
+}
+
+pub fn node(name: &str, internal_ip: &str) -> Arc<Node> {
+    Arc::new(from_json(json!({
+        "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}]}
+    })))
+}
+
+pub fn proxy_daemonset(host_port: i32) -> Arc<DaemonSet> {
+    Arc::new(from_json(json!({
+        "metadata": {"namespace": "kube-system", "name": "registry-proxy"},
+        "spec": {
+            "selector": {"matchLabels": {"registry-proxy": "true"}},
+            "template": {
+                "metadata": {"labels": {"registry-proxy": "true"}},
+                "spec": {"containers": [{"name": "registry-proxy", "image": "kube-registry-proxy",
+                         "ports": [{"name": "registry", "containerPort": 80, "hostPort": host_port}]}]}
+            }
+        }
+    })))
+}

@@ -1,0 +1,349 @@
+//! Which Services are registries, and what each would publish. Pure: it reads a [`Cluster`] snapshot of the
+//! watched objects and never talks to the API server.
+
+mod values;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::core::Resource;
+
+use crate::config::PublishArgs;
+use crate::hosting::LocalRegistryHostingV1;
+
+pub use values::annotations;
+
+/// minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort.
+pub const MINIKUBE: (&str, &str) = ("kube-system", "registry");
+pub const MINIKUBE_PROXY: &str = "registry-proxy";
+/// MicroK8s's registry addon: NodePort Service container-registry/registry.
+pub const MICROK8S: (&str, &str) = ("container-registry", "registry");
+
+/// Everything the watches hold right now.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// Services matching the registry selector.
+    pub labelled_services: Vec<Arc<Service>>,
+    /// Deployments, StatefulSets and DaemonSets matching the registry selector.
+    pub workloads: Vec<Workload>,
+    /// Every Service in a namespace that holds a labelled workload.
+    pub workload_namespace_services: Vec<Arc<Service>>,
+    /// The built-in addons' Services, when recognition is on.
+    pub builtin_services: Vec<Arc<Service>>,
+    /// minikube's registry-proxy DaemonSet.
+    pub proxies: Vec<Arc<DaemonSet>>,
+    /// Pods selected by registry Services.
+    pub pods: Vec<Arc<Pod>>,
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    pub nodes: Vec<Arc<Node>>,
+}
+
+/// A labelled workload, reduced to what matching needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+/// namespace/name of a Service.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceId {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ServiceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a Service counts as a registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Labelled,
+    Workload { kind: &'static str, name: String },
+    Minikube,
+    MicroK8s,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Labelled => f.write_str("labelled Service"),
+            Source::Workload { kind, name } => {
+                write!(f, "Service selecting labelled {kind} {name}")
+            }
+            Source::Minikube => f.write_str("minikube registry addon"),
+            Source::MicroK8s => f.write_str("MicroK8s registry addon"),
+        }
+    }
+}
+
+/// A problem with one registry's configuration, reported as a Warning Event on its Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// A bounded, PascalCase label for Events and metrics.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// One registry Service and what it would publish.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    pub id: ServiceId,
+    pub source: Source,
+    pub priority: i32,
+    pub created: Option<Time>,
+    /// At least one ready endpoint, or nothing to be ready (ExternalName, selector-less without slices).
+    pub ready: bool,
+    pub document: Result<LocalRegistryHostingV1, Problem>,
+    pub reference: ObjectReference,
+}
+
+impl Registry {
+    /// Higher priority first, then the oldest, then by namespace/name: a total, stable order.
+    pub fn rank_key(&self) -> (std::cmp::Reverse<i32>, Option<&Time>, &ServiceId) {
+        (
+            std::cmp::Reverse(self.priority),
+            self.created.as_ref(),
+            &self.id,
+        )
+    }
+}
+
+/// What the watches must hold for the next snapshot to be complete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// Namespaces whose Services must all be watched (they hold labelled workloads).
+    pub service_namespaces: BTreeSet<String>,
+    /// (namespace, label selector) of each registry Service's pods.
+    pub pod_selectors: BTreeSet<(String, String)>,
+    /// Registry Services whose EndpointSlices decide readiness.
+    pub endpoint_services: BTreeSet<ServiceId>,
+    /// Nodes whose InternalIP a published value needs.
+    pub nodes: BTreeSet<String>,
+}
+
+/// Finds every registry Service in the snapshot and derives what it would publish.
+pub fn registries(cluster: &Cluster, settings: &PublishArgs) -> Vec<Registry> {
+    let mut registries: Vec<Registry> = candidates(cluster, settings)
+        .into_iter()
+        .map(|(service, source)| values::derive(service, source, cluster, settings))
+        .collect();
+    registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
+    registries
+}
+
+/// The watches the current registries need.
+pub fn interest(cluster: &Cluster, settings: &PublishArgs) -> Interest {
+    let mut interest = Interest {
+        service_namespaces: cluster
+            .workloads
+            .iter()
+            .map(|w| w.namespace.clone())
+            .collect(),
+        ..Interest::default()
+    };
+    for (service, source) in candidates(cluster, settings) {
+        let id = service_id(service);
+        if let Some(selector) = selector_string(service) {
+            interest
+                .pod_selectors
+                .insert((id.namespace.clone(), selector));
+        }
+        if values::needs_node_address(&source, settings) {
+            interest.nodes.extend(values::endpoint_nodes(cluster, &id));
+        }
+        interest.endpoint_services.insert(id);
+    }
+    interest
+}
+
+/// Registry Services and why each is one; a Service found several ways counts once, by its first source.
+fn candidates<'a>(cluster: &'a Cluster, settings: &PublishArgs) -> Vec<(&'a Service, Source)> {
+    let mut seen = BTreeSet::new();
+    let mut found = Vec::new();
+    let mut add = |service: &'a Service, source: Source| {
+        if seen.insert(service_id(service)) {
+            found.push((service, source));
+        }
+    };
+    for service in &cluster.labelled_services {
+        add(service, Source::Labelled);
+    }
+    for workload in &cluster.workloads {
+        for service in cluster
+            .workload_namespace_services
+            .iter()
+            .filter(|s| selects(s, workload))
+        {
+            add(
+                service,
+                Source::Workload {
+                    kind: workload.kind,
+                    name: workload.name.clone(),
+                },
+            );
+        }
+    }
+    if !settings.no_builtin_registries {
+        for service in &cluster.builtin_services {
+            let id = service_id(service);
+            if (id.namespace.as_str(), id.name.as_str()) == MINIKUBE {
+                add(service, Source::Minikube);
+            } else if (id.namespace.as_str(), id.name.as_str()) == MICROK8S {
+                add(service, Source::MicroK8s);
+            }
+        }
+    }
+    found
+}
+
+/// Whether the Service's selector picks the workload's pods.
+fn selects(service: &Service, workload: &Workload) -> bool {
+    let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+    service.namespace().as_deref() == Some(workload.namespace.as_str())
+        && selector.is_some_and(|sel| {
+            !sel.is_empty()
+                && sel
+                    .iter()
+                    .all(|(k, v)| workload.pod_labels.get(k) == Some(v))
+        })
+}
+
+pub fn service_id(service: &Service) -> ServiceId {
+    ServiceId {
+        namespace: service.namespace().unwrap_or_default(),
+        name: service.name_any(),
+    }
+}
+
+/// The Service's selector as a label-selector string, `None` for selector-less Services.
+fn selector_string(service: &Service) -> Option<String> {
+    let selector = service
+        .spec
+        .as_ref()?
+        .selector
+        .as_ref()
+        .filter(|s| !s.is_empty())?;
+    Some(
+        selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
+fn object_reference(service: &Service) -> ObjectReference {
+    let mut reference = service.object_ref(&());
+    // Events need the reference, not the version that happened to be current.
+    reference.resource_version = None;
+    reference
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn finds_labelled_services_workload_services_and_builtins_once_each() {
+        let mut cluster = Cluster::default();
+        let labelled = service("reg", "zot").build();
+        cluster.labelled_services.push(labelled.clone());
+        cluster.workload_namespace_services.push(labelled);
+        cluster
+            .workloads
+            .push(workload("reg", "registry", &[("app", "registry")]));
+        cluster.workload_namespace_services.push(
+            service("reg", "registry")
+                .selector(&[("app", "registry")])
+                .build(),
+        );
+        cluster
+            .workload_namespace_services
+            .push(service("reg", "other").selector(&[("app", "web")]).build());
+        cluster
+            .builtin_services
+            .push(service("kube-system", "registry").build());
+        let found: Vec<(String, Source)> = candidates(&cluster, &PublishArgs::default())
+            .into_iter()
+            .map(|(s, src)| (s.name_any(), src))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("zot".into(), Source::Labelled),
+                (
+                    "registry".into(),
+                    Source::Workload {
+                        kind: "Deployment",
+                        name: "registry".into()
+                    }
+                ),
+                ("registry".into(), Source::Minikube),
+            ]
+        );
+        let settings = PublishArgs {
+            no_builtin_registries: true,
+            ..PublishArgs::default()
+        };
+        assert_eq!(candidates(&cluster, &settings).len(), 2);
+    }
+
+    #[test]
+    fn ranks_by_priority_then_age_then_name() {
+        let mut cluster = Cluster::default();
+        for (name, priority, created) in [
+            ("b-new", None, "2026-01-02T00:00:00Z"),
+            ("a-new", None, "2026-01-02T00:00:00Z"),
+            ("old", None, "2025-01-01T00:00:00Z"),
+            ("urgent", Some("10"), "2026-06-01T00:00:00Z"),
+        ] {
+            let mut builder = service("reg", name).created(created);
+            if let Some(p) = priority {
+                builder = builder.annotation(annotations::PRIORITY, p);
+            }
+            cluster.labelled_services.push(builder.build());
+        }
+        let order: Vec<String> = registries(&cluster, &PublishArgs::default())
+            .into_iter()
+            .map(|r| r.id.name)
+            .collect();
+        assert_eq!(order, ["urgent", "old", "a-new", "b-new"]);
+    }
+
+    #[test]
+    fn interest_follows_registries() {
+        let mut cluster = Cluster::default();
+        cluster
+            .labelled_services
+            .push(service("reg", "zot").selector(&[("app", "zot")]).build());
+        cluster
+            .workloads
+            .push(workload("builds", "kaniko-cache", &[("app", "cache")]));
+        let interest = interest(&cluster, &PublishArgs::default());
+        assert_eq!(
+            interest.service_namespaces,
+            BTreeSet::from(["builds".to_string()])
+        );
+        assert_eq!(
+            interest.pod_selectors,
+            BTreeSet::from([("reg".to_string(), "app=zot".to_string())])
+        );
+        assert_eq!(interest.endpoint_services.len(), 1);
+        assert!(interest.nodes.is_empty(), "localhost needs no node");
+    }
+}

@@ -1,0 +1,733 @@
+//! The values one registry Service publishes: its port, readiness, and the four document fields.
+
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::{Cluster, Problem, Registry, ServiceId, Source, object_reference, service_id};
+use crate::config::{NodeAddress, PublishArgs};
+use crate::hosting::LocalRegistryHostingV1;
+
+pub mod annotations {
+    pub const PORT: &str = "local-registry-publisher.io/port";
+    pub const HOST: &str = "local-registry-publisher.io/host";
+    pub const HOST_FROM_CONTAINER_RUNTIME: &str =
+        "local-registry-publisher.io/host-from-container-runtime";
+    pub const HOST_FROM_CLUSTER_NETWORK: &str =
+        "local-registry-publisher.io/host-from-cluster-network";
+    pub const HELP: &str = "local-registry-publisher.io/help";
+    pub const PRIORITY: &str = "local-registry-publisher.io/priority";
+}
+
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+pub(super) fn derive(
+    service: &Service,
+    source: Source,
+    cluster: &Cluster,
+    settings: &PublishArgs,
+) -> Registry {
+    let id = service_id(service);
+    let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
+        None => (0, None),
+        Some(value) => match value.trim().parse::<i32>() {
+            Ok(priority) => (priority, None),
+            Err(_) => (
+                0,
+                Some(invalid_annotation(
+                    annotations::PRIORITY,
+                    value,
+                    "must be a whole number",
+                )),
+            ),
+        },
+    };
+    let document = match priority_problem {
+        Some(problem) => Err(problem),
+        None => document(service, &id, &source, cluster, settings),
+    };
+    Registry {
+        ready: ready(service, &id, cluster),
+        priority,
+        created: service.metadata.creation_timestamp.clone(),
+        reference: object_reference(service),
+        id,
+        source,
+        document,
+    }
+}
+
+fn document(
+    service: &Service,
+    id: &ServiceId,
+    source: &Source,
+    cluster: &Cluster,
+    settings: &PublishArgs,
+) -> Result<LocalRegistryHostingV1, Problem> {
+    let spec = service.spec.clone().unwrap_or_default();
+    let external_name = (spec.type_.as_deref() == Some("ExternalName"))
+        .then(|| spec.external_name.clone())
+        .flatten();
+    let port = registry_port(service, source)?;
+    let service_port = port.map(|p| p.port);
+    let host_port = port.and_then(|p| host_port(service, p, source, cluster));
+    let node_port = port
+        .and_then(|p| p.node_port)
+        .filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
+    let with_port = |name: &str, port: Option<i32>| match port {
+        Some(port) => format!("{}:{port}", name.to_ascii_lowercase()),
+        None => name.to_ascii_lowercase(),
+    };
+
+    let cluster_network = match &external_name {
+        Some(name) => with_port(name, service_port),
+        None => with_port(
+            &format!(
+                "{}.{}.svc.{}",
+                id.name, id.namespace, settings.cluster_domain
+            ),
+            service_port,
+        ),
+    };
+    let load_balancer = service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|ingress| {
+            ingress
+                .iter()
+                .find_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+        });
+    let outside_port = host_port.or(node_port);
+    let host = match (load_balancer, outside_port) {
+        (Some(address), _) => Some(with_port(&address, service_port)),
+        (None, Some(port)) => node_address(id, source, cluster, settings)
+            .map(|address| with_port(&address, Some(port))),
+        (None, None) => None,
+    };
+    let mut runtime = outside_port.map(|port| format!("localhost:{port}"));
+    if runtime == host {
+        // Readers fall back to host; leaving the duplicate out keeps "localhost:" off every line but host's.
+        runtime = None;
+    } else if let Some(value) = &runtime {
+        // Same address, but line-based readers grep for "host:" and would take a "localhost:" line for the host.
+        runtime = Some(value.replacen("localhost:", "127.0.0.1:", 1));
+    }
+
+    let derived = LocalRegistryHostingV1 {
+        host: overridden(service, annotations::HOST, host)?,
+        host_from_container_runtime: overridden(
+            service,
+            annotations::HOST_FROM_CONTAINER_RUNTIME,
+            runtime,
+        )?,
+        host_from_cluster_network: overridden(
+            service,
+            annotations::HOST_FROM_CLUSTER_NETWORK,
+            Some(cluster_network),
+        )?,
+        help: overridden(service, annotations::HELP, settings.help_url.clone())?,
+    };
+    derived.validate().map_err(|invalid| Problem {
+        reason: "InvalidValue",
+        message: format!(
+            "the derived document is not publishable: {invalid}; set an annotation to override it"
+        ),
+    })?;
+    Ok(derived)
+}
+
+/// The annotation's value when set (an empty value leaves the field out), else the derived one.
+fn overridden(
+    service: &Service,
+    key: &'static str,
+    derived: Option<String>,
+) -> Result<Option<String>, Problem> {
+    let Some(value) = service.annotations().get(key) else {
+        return Ok(derived);
+    };
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let field = match key {
+        annotations::HOST => LocalRegistryHostingV1 {
+            host: Some(value.into()),
+            ..Default::default()
+        },
+        annotations::HOST_FROM_CONTAINER_RUNTIME => LocalRegistryHostingV1 {
+            host: Some("localhost".into()),
+            host_from_container_runtime: Some(value.into()),
+            ..Default::default()
+        },
+        annotations::HOST_FROM_CLUSTER_NETWORK => LocalRegistryHostingV1 {
+            host_from_cluster_network: Some(value.into()),
+            ..Default::default()
+        },
+        _ => LocalRegistryHostingV1::help_only(value.into()),
+    };
+    field
+        .validate()
+        .map_err(|invalid| invalid_annotation(key, value, &invalid.reason))?;
+    Ok(Some(value.to_string()))
+}
+
+fn invalid_annotation(key: &str, value: &str, reason: &str) -> Problem {
+    Problem {
+        reason: "InvalidAnnotation",
+        message: format!("annotation {key}={value:?} {reason}"),
+    }
+}
+
+/// The port named `registry`, else the one the port annotation names, else the only one.
+fn registry_port<'a>(
+    service: &'a Service,
+    source: &Source,
+) -> Result<Option<&'a ServicePort>, Problem> {
+    let ports: &[ServicePort] = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default();
+    if let Some(port) = ports.iter().find(|p| p.name.as_deref() == Some("registry")) {
+        return Ok(Some(port));
+    }
+    if let Some(wanted) = service.annotations().get(annotations::PORT) {
+        let wanted = wanted.trim();
+        return ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(wanted) || p.port.to_string() == wanted)
+            .map(Some)
+            .ok_or_else(|| {
+                invalid_annotation(
+                    annotations::PORT,
+                    wanted,
+                    &format!("names no port of the Service ({})", describe(ports)),
+                )
+            });
+    }
+    // minikube's Service serves plain HTTP on 80 and, in some versions, TLS on 443.
+    if *source == Source::Minikube
+        && let Some(port) = ports.iter().find(|p| p.port == 80)
+    {
+        return Ok(Some(port));
+    }
+    match ports {
+        [only] => Ok(Some(only)),
+        [] if is_external_name(service) => Ok(None),
+        [] => Err(Problem {
+            reason: "NoPort",
+            message: "the Service has no ports".into(),
+        }),
+        _ => Err(Problem {
+            reason: "AmbiguousPort",
+            message: format!(
+                "the Service has {} ports ({}): name one \"registry\" or set annotation {}",
+                ports.len(),
+                describe(ports),
+                annotations::PORT
+            ),
+        }),
+    }
+}
+
+fn describe(ports: &[ServicePort]) -> String {
+    let list: Vec<String> = ports
+        .iter()
+        .map(|p| match &p.name {
+            Some(name) if !name.is_empty() => format!("{name}={}", p.port),
+            _ => p.port.to_string(),
+        })
+        .collect();
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(", ")
+    }
+}
+
+fn is_external_name(service: &Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName")
+}
+
+/// A hostPort that reaches the registry: on the proxy DaemonSet (minikube), else on a registry pod's container
+/// port that the Service port targets.
+fn host_port(
+    service: &Service,
+    port: &ServicePort,
+    source: &Source,
+    cluster: &Cluster,
+) -> Option<i32> {
+    if *source == Source::Minikube {
+        let proxy_ports = cluster
+            .proxies
+            .iter()
+            .filter_map(|ds| ds.spec.as_ref()?.template.spec.as_ref())
+            .flat_map(|spec| &spec.containers)
+            .flat_map(|c| c.ports.iter().flatten());
+        if let Some(host_port) = proxy_ports.filter_map(|p| p.host_port).min() {
+            return Some(host_port);
+        }
+    }
+    let target = port
+        .target_port
+        .clone()
+        .unwrap_or(IntOrString::Int(port.port));
+    registry_pods(service, cluster)
+        .flat_map(|pod| pod.spec.iter().flat_map(|s| &s.containers))
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| match &target {
+            IntOrString::Int(number) => p.container_port == *number,
+            IntOrString::String(name) => p.name.as_deref() == Some(name.as_str()),
+        })
+        .filter_map(|p| p.host_port)
+        .min()
+}
+
+fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterator<Item = &'a Pod> {
+    let selector = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .filter(|s| !s.is_empty());
+    let namespace = service.namespace();
+    cluster.pods.iter().map(AsRef::as_ref).filter(move |pod| {
+        let labels = pod.labels();
+        pod.namespace() == namespace
+            && selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    })
+}
+
+pub(super) fn needs_node_address(source: &Source, settings: &PublishArgs) -> bool {
+    *source == Source::Minikube || settings.node_address == NodeAddress::InternalIp
+}
+
+/// How tools outside the cluster reach this registry's node. minikube is always reached at its node's IP.
+fn node_address(
+    id: &ServiceId,
+    source: &Source,
+    cluster: &Cluster,
+    settings: &PublishArgs,
+) -> Option<String> {
+    if needs_node_address(source, settings) {
+        let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
+        let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
+        let addresses = node.status.as_ref()?.addresses.as_ref()?;
+        return addresses
+            .iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.clone());
+    }
+    match &settings.node_address {
+        NodeAddress::Literal(address) => Some(address.clone()),
+        _ => Some("localhost".into()),
+    }
+}
+
+/// Names of the nodes behind the Service's ready endpoints, sorted.
+pub(super) fn endpoint_nodes(
+    cluster: &Cluster,
+    id: &ServiceId,
+) -> std::collections::BTreeSet<String> {
+    ready_endpoints(cluster, id)
+        .filter_map(|e| e.node_name.clone())
+        .collect()
+}
+
+fn ready_endpoints<'a>(
+    cluster: &'a Cluster,
+    id: &'a ServiceId,
+) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::Endpoint> {
+    slices_of(cluster, id)
+        .flat_map(|slice| slice.endpoints.iter().flatten())
+        // An unknown readiness counts as ready, as the EndpointSlice API says.
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+}
+
+fn slices_of<'a>(
+    cluster: &'a Cluster,
+    id: &'a ServiceId,
+) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice> {
+    cluster
+        .endpoint_slices
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(move |slice| {
+            slice.namespace().as_deref() == Some(id.namespace.as_str())
+                && slice.labels().get(SERVICE_NAME_LABEL) == Some(&id.name)
+        })
+}
+
+/// ExternalName Services, and selector-less ones nobody wrote EndpointSlices for, have nothing to be ready.
+fn ready(service: &Service, id: &ServiceId, cluster: &Cluster) -> bool {
+    if is_external_name(service) {
+        return true;
+    }
+    let has_selector = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    if !has_selector && slices_of(cluster, id).next().is_none() {
+        return true;
+    }
+    ready_endpoints(cluster, id).next().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    fn publish(
+        cluster: &Cluster,
+        settings: &PublishArgs,
+    ) -> Result<LocalRegistryHostingV1, Problem> {
+        let registries = super::super::registries(cluster, settings);
+        assert_eq!(registries.len(), 1, "one registry expected");
+        registries
+            .into_iter()
+            .next()
+            .map(|r| r.document)
+            .expect("a registry")
+    }
+
+    fn labelled(service: ServiceBuilder) -> Cluster {
+        Cluster {
+            labelled_services: vec![service.build()],
+            ..Cluster::default()
+        }
+    }
+
+    fn expect(
+        host: Option<&str>,
+        runtime: Option<&str>,
+        cluster_net: Option<&str>,
+        help: Option<&str>,
+    ) -> LocalRegistryHostingV1 {
+        LocalRegistryHostingV1 {
+            host: host.map(Into::into),
+            host_from_container_runtime: runtime.map(Into::into),
+            host_from_cluster_network: cluster_net.map(Into::into),
+            help: help.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn every_service_type_publishes_what_its_readers_need() {
+        let settings = PublishArgs::default();
+        let internal = PublishArgs {
+            node_address: NodeAddress::InternalIp,
+            ..PublishArgs::default()
+        };
+        let literal = PublishArgs {
+            node_address: NodeAddress::Literal("192.168.1.5".into()),
+            ..PublishArgs::default()
+        };
+        let with_pod_host_port = |mut cluster: Cluster| {
+            cluster.pods.push(pod(
+                "reg",
+                "zot-1",
+                &[("app", "zot")],
+                5000,
+                Some("http"),
+                Some(5001),
+            ));
+            cluster
+                .endpoint_slices
+                .push(slice("reg", "zot", &[(true, "node-a")]));
+            cluster.nodes.push(node("node-a", "10.0.0.7"));
+            cluster
+        };
+        let cases: Vec<(&str, Cluster, &PublishArgs, LocalRegistryHostingV1)> = vec![
+            (
+                "ClusterIP",
+                labelled(service("reg", "zot").port(None, 5000, None)),
+                &settings,
+                expect(None, None, Some("zot.reg.svc.cluster.local:5000"), None),
+            ),
+            (
+                "NodePort",
+                labelled(
+                    service("reg", "zot")
+                        .type_("NodePort")
+                        .port(None, 5000, Some(30500)),
+                ),
+                &settings,
+                expect(
+                    Some("localhost:30500"),
+                    None,
+                    Some("zot.reg.svc.cluster.local:5000"),
+                    None,
+                ),
+            ),
+            (
+                "NodePort, literal node address",
+                labelled(
+                    service("reg", "zot")
+                        .type_("NodePort")
+                        .port(None, 5000, Some(30500)),
+                ),
+                &literal,
+                expect(
+                    Some("192.168.1.5:30500"),
+                    Some("127.0.0.1:30500"),
+                    Some("zot.reg.svc.cluster.local:5000"),
+                    None,
+                ),
+            ),
+            (
+                "LoadBalancer with an IP",
+                labelled(
+                    service("reg", "zot")
+                        .type_("LoadBalancer")
+                        .port(None, 5000, Some(31000))
+                        .ingress_ip("172.18.0.50"),
+                ),
+                &settings,
+                expect(
+                    Some("172.18.0.50:5000"),
+                    Some("127.0.0.1:31000"),
+                    Some("zot.reg.svc.cluster.local:5000"),
+                    None,
+                ),
+            ),
+            (
+                "LoadBalancer with a hostname",
+                labelled(
+                    service("reg", "zot")
+                        .type_("LoadBalancer")
+                        .port(None, 443, None)
+                        .ingress_hostname("Reg.Example.com"),
+                ),
+                &settings,
+                expect(
+                    Some("reg.example.com:443"),
+                    None,
+                    Some("zot.reg.svc.cluster.local:443"),
+                    None,
+                ),
+            ),
+            (
+                "ExternalName",
+                labelled(
+                    service("reg", "ext")
+                        .type_("ExternalName")
+                        .external_name("registry.corp.example")
+                        .port(None, 5000, None),
+                ),
+                &settings,
+                expect(None, None, Some("registry.corp.example:5000"), None),
+            ),
+            (
+                "hostPort on the registry pods",
+                with_pod_host_port(labelled(
+                    service("reg", "zot")
+                        .selector(&[("app", "zot")])
+                        .port_target(None, 80, "http"),
+                )),
+                &settings,
+                expect(
+                    Some("localhost:5001"),
+                    None,
+                    Some("zot.reg.svc.cluster.local:80"),
+                    None,
+                ),
+            ),
+            (
+                "hostPort, node InternalIP",
+                with_pod_host_port(labelled(
+                    service("reg", "zot")
+                        .selector(&[("app", "zot")])
+                        .port_target(None, 80, "http"),
+                )),
+                &internal,
+                expect(
+                    Some("10.0.0.7:5001"),
+                    Some("127.0.0.1:5001"),
+                    Some("zot.reg.svc.cluster.local:80"),
+                    None,
+                ),
+            ),
+        ];
+        for (name, cluster, settings, expected) in cases {
+            assert_eq!(publish(&cluster, settings), Ok(expected), "{name}");
+        }
+    }
+
+    #[test]
+    fn annotations_override_each_value_and_an_empty_one_removes_it() {
+        let settings = PublishArgs {
+            help_url: Some("https://docs.example/registry".into()),
+            ..PublishArgs::default()
+        };
+        let cluster = labelled(
+            service("reg", "zot")
+                .type_("NodePort")
+                .port(None, 5000, Some(30500))
+                .annotation(annotations::HOST, "registry.dev.example:443")
+                .annotation(
+                    annotations::HOST_FROM_CONTAINER_RUNTIME,
+                    "registry.internal:5000",
+                )
+                .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "")
+                .annotation(annotations::HELP, "https://wiki.example/registry"),
+        );
+        assert_eq!(
+            publish(&cluster, &settings),
+            Ok(expect(
+                Some("registry.dev.example:443"),
+                Some("registry.internal:5000"),
+                None,
+                Some("https://wiki.example/registry")
+            ))
+        );
+    }
+
+    #[test]
+    fn a_bad_annotation_is_a_problem_that_names_it() {
+        let cases = [
+            (annotations::HOST, "http://localhost:5000", "scheme"),
+            (
+                annotations::HOST_FROM_CLUSTER_NETWORK,
+                "Registry:5000",
+                "lowercase",
+            ),
+            (annotations::HELP, "see the wiki", "http"),
+            (annotations::PRIORITY, "high", "whole number"),
+            (annotations::PORT, "grpc", "names no port"),
+        ];
+        for (key, value, needle) in cases {
+            let cluster = labelled(
+                service("reg", "zot")
+                    .port(Some("http"), 5000, None)
+                    .annotation(key, value),
+            );
+            let problem = publish(&cluster, &PublishArgs::default()).expect_err(key);
+            assert_eq!(problem.reason, "InvalidAnnotation", "{key}");
+            assert!(
+                problem.message.contains(key) && problem.message.contains(needle),
+                "{}",
+                problem.message
+            );
+        }
+    }
+
+    #[test]
+    fn port_is_the_one_named_registry_else_annotated_else_the_only_one() {
+        let two = || {
+            service("reg", "zot")
+                .port(Some("http"), 80, None)
+                .port(Some("debug"), 5001, None)
+        };
+        let problem = publish(&labelled(two()), &PublishArgs::default()).unwrap_err();
+        assert_eq!(problem.reason, "AmbiguousPort");
+        assert!(
+            problem.message.contains("http=80, debug=5001"),
+            "{}",
+            problem.message
+        );
+        let annotated = publish(
+            &labelled(two().annotation(annotations::PORT, "debug")),
+            &PublishArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            annotated.host_from_cluster_network.as_deref(),
+            Some("zot.reg.svc.cluster.local:5001")
+        );
+        let named = publish(
+            &labelled(two().port(Some("registry"), 5000, None)),
+            &PublishArgs::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            named.host_from_cluster_network.as_deref(),
+            Some("zot.reg.svc.cluster.local:5000")
+        );
+        let none = publish(&labelled(service("reg", "zot")), &PublishArgs::default()).unwrap_err();
+        assert_eq!(none.reason, "NoPort");
+    }
+
+    #[test]
+    fn minikube_is_reached_at_its_node_ip_through_the_proxy_host_port() {
+        let mut cluster = Cluster::default();
+        cluster.builtin_services.push(
+            service("kube-system", "registry")
+                .selector(&[("actual-registry", "true")])
+                .port(Some("http"), 80, None)
+                .port(Some("https"), 443, None)
+                .build(),
+        );
+        cluster.proxies.push(proxy_daemonset(5000));
+        cluster
+            .endpoint_slices
+            .push(slice("kube-system", "registry", &[(true, "minikube")]));
+        cluster.nodes.push(node("minikube", "192.168.49.2"));
+        assert_eq!(
+            publish(&cluster, &PublishArgs::default()),
+            Ok(expect(
+                Some("192.168.49.2:5000"),
+                Some("127.0.0.1:5000"),
+                Some("registry.kube-system.svc.cluster.local:80"),
+                None
+            ))
+        );
+    }
+
+    #[test]
+    fn microk8s_is_reached_at_localhost_on_its_node_port() {
+        let mut cluster = Cluster::default();
+        cluster.builtin_services.push(
+            service("container-registry", "registry")
+                .type_("NodePort")
+                .port(Some("registry"), 5000, Some(32000))
+                .build(),
+        );
+        assert_eq!(
+            publish(&cluster, &PublishArgs::default()),
+            Ok(expect(
+                Some("localhost:32000"),
+                None,
+                Some("registry.container-registry.svc.cluster.local:5000"),
+                None
+            ))
+        );
+    }
+
+    #[test]
+    fn readiness_comes_from_endpoint_slices() {
+        let settings = PublishArgs::default();
+        let selected = || {
+            service("reg", "zot")
+                .selector(&[("app", "zot")])
+                .port(None, 5000, None)
+        };
+        let mut cluster = labelled(selected());
+        assert!(
+            !super::super::registries(&cluster, &settings)[0].ready,
+            "no slice yet"
+        );
+        cluster
+            .endpoint_slices
+            .push(slice("reg", "zot", &[(false, "n")]));
+        assert!(
+            !super::super::registries(&cluster, &settings)[0].ready,
+            "only unready endpoints"
+        );
+        cluster
+            .endpoint_slices
+            .push(slice("reg", "zot", &[(true, "n")]));
+        assert!(super::super::registries(&cluster, &settings)[0].ready);
+        let selectorless = labelled(service("reg", "manual").port(None, 5000, None));
+        assert!(super::super::registries(&selectorless, &settings)[0].ready);
+        let external = labelled(
+            service("reg", "ext")
+                .type_("ExternalName")
+                .external_name("r.example")
+                .port(None, 5000, None),
+        );
+        assert!(super::super::registries(&external, &settings)[0].ready);
+    }
+}

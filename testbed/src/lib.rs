@@ -1,0 +1,574 @@
+//! A real, throw-away Kubernetes control plane for tests and the demo: etcd, kube-apiserver (TLS, RBAC,
+//! service-account signing), kube-controller-manager, kube-scheduler and kwok with one simulated node, all on free
+//! loopback ports in a fresh temporary directory.
+//!
+//! Tests in one binary share one control plane ([`ControlPlane::shared`]) and isolate themselves in a fresh
+//! namespace each ([`ControlPlane::namespace`]). Nothing outlives the process: see [`process`].
+
+mod pki;
+mod process;
+mod tools;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub use process::Component;
+
+/// The simulated node every pod is scheduled to.
+pub const NODE_NAME: &str = "testbed-node";
+/// The InternalIP kwok gives that node.
+pub const NODE_IP: &str = "10.0.0.10";
+const POD_CIDR: &str = "10.244.0.0/16";
+const SERVICE_CIDR: &str = "10.96.0.0/16";
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("building the Go tools failed (hack/tools.sh exited with {0})")]
+    Tools(std::process::ExitStatus),
+    #[error("{component} exited with {status} while starting; last log lines:\n{log}")]
+    Exited {
+        component: String,
+        status: std::process::ExitStatus,
+        log: String,
+    },
+    #[error("timed out after {timeout:?} waiting for {what}")]
+    Timeout { what: String, timeout: Duration },
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0} is not a component of this control plane")]
+    UnknownComponent(String),
+}
+
+/// How to (re)start one component.
+#[derive(Clone, Debug)]
+struct Recipe {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+pub struct ControlPlane {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    tools: PathBuf,
+    recipes: BTreeMap<String, Recipe>,
+    /// In start order; stopped in reverse.
+    running: Mutex<Vec<Component>>,
+    _watchdog: process::Watchdog,
+}
+
+impl ControlPlane {
+    /// The control plane shared by every test in this test binary, started on first use.
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| match ControlPlane::start() {
+            Ok(plane) => plane,
+            Err(error) => panic!("the test control plane did not start: {error}"),
+        })
+    }
+
+    /// Starts every component and waits until the cluster can run pods. Blocking; safe to call from async code.
+    pub fn start() -> Result<Self, Error> {
+        // kube's client needs a runtime, and the caller may already be inside one.
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(Self::start_async())
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+
+    async fn start_async() -> Result<Self, Error> {
+        let started = Instant::now();
+        let tools = tools::bin_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("testbed-")
+            .tempdir()?
+            .keep();
+        let watchdog = process::Watchdog::guard(&dir)?;
+        let pki = pki::write(&dir.join("pki"))?;
+        let [
+            etcd_port,
+            etcd_peer_port,
+            api_port,
+            kcm_port,
+            scheduler_port,
+            kwok_port,
+        ] = free_ports()?;
+        let server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki))?;
+        std::fs::write(
+            dir.join("kwok.yaml"),
+            std::fs::read(tools.join("kwok-stages.yaml"))?,
+        )?;
+
+        let mut plane = Self {
+            recipes: recipes(
+                &tools,
+                &dir,
+                &pki,
+                &kubeconfig,
+                [
+                    etcd_port,
+                    etcd_peer_port,
+                    api_port,
+                    kcm_port,
+                    scheduler_port,
+                    kwok_port,
+                ],
+            ),
+            dir,
+            kubeconfig,
+            server,
+            tools,
+            running: Mutex::new(Vec::new()),
+            _watchdog: watchdog,
+        };
+        plane.launch("etcd")?;
+        plane
+            .wait_for(
+                "etcd to be healthy",
+                || async move { etcd_healthy(etcd_port) },
+            )
+            .await?;
+        plane.launch("kube-apiserver")?;
+        let client = plane.wait_for_client().await?;
+        for name in ["kube-controller-manager", "kube-scheduler", "kwok"] {
+            plane.launch(name)?;
+        }
+        plane
+            .wait_for("namespace kube-public", || {
+                let api: Api<Namespace> = Api::all(client.clone());
+                async move { matches!(api.get_opt("kube-public").await, Ok(Some(_))) }
+            })
+            .await?;
+        create_node(&client).await?;
+        plane
+            .wait_for("the simulated node to be Ready", || {
+                let api: Api<Node> = Api::all(client.clone());
+                async move {
+                    api.get_opt(NODE_NAME)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|node| node_ready(&node))
+                }
+            })
+            .await?;
+        eprintln!(
+            "[testbed] control plane ready in {:.1}s; KUBECONFIG={}",
+            started.elapsed().as_secs_f64(),
+            plane.kubeconfig.display()
+        );
+        Ok(plane)
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL, `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory holding the built tools (kubectl, helm, ...).
+    pub fn tools(&self) -> &Path {
+        &self.tools
+    }
+
+    /// An admin client. Make one per test: a client belongs to the runtime it was made on.
+    pub async fn client(&self) -> Result<Client, Error> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Creates a fresh namespace named `<prefix>-<random>` and waits until pods can be created in it.
+    pub async fn namespace(&self, client: &Client, prefix: &str) -> Result<String, Error> {
+        let name = format!("{prefix}-{}", random_suffix());
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(name.clone());
+        api.create(&PostParams::default(), &namespace).await?;
+        // Pods are rejected until the controller-manager has made the namespace's default ServiceAccount.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        self.wait_for(&format!("the default ServiceAccount in {name}"), || {
+            let accounts = accounts.clone();
+            async move { matches!(accounts.get_opt("default").await, Ok(Some(_))) }
+        })
+        .await?;
+        Ok(name)
+    }
+
+    pub async fn delete_namespace(&self, client: &Client, name: &str) -> Result<(), Error> {
+        Api::<Namespace>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Stops one component (SIGTERM, then SIGKILL), to simulate an outage.
+    pub fn stop_component(&self, name: &str) -> Result<(), Error> {
+        let mut running = self.lock_running();
+        let index = running
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
+        running.remove(index).stop(Duration::from_secs(10));
+        Ok(())
+    }
+
+    /// Starts a stopped component again with the same flags and ports.
+    pub fn start_component(&self, name: &str) -> Result<(), Error> {
+        let recipe = self
+            .recipes
+            .get(name)
+            .ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
+        let component = Component::spawn(name, &recipe.program, &recipe.args, &self.dir)?;
+        self.lock_running().push(component);
+        Ok(())
+    }
+
+    /// Process ids of the running components, by name.
+    pub fn pids(&self) -> BTreeMap<String, u32> {
+        self.lock_running()
+            .iter()
+            .map(|c| (c.name.clone(), c.pid()))
+            .collect()
+    }
+
+    /// Stops everything in reverse start order and removes the directory.
+    pub fn stop(self) {
+        drop(self);
+    }
+
+    fn launch(&mut self, name: &str) -> Result<(), Error> {
+        self.start_component(name)
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, Vec<Component>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Polls `ready` until it holds, failing early with the log of any component that exited.
+    pub async fn wait_for<F, Fut>(&self, what: &str, mut ready: F) -> Result<(), Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if ready().await {
+                return Ok(());
+            }
+            self.fail_if_exited()?;
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: what.to_string(),
+                    timeout: START_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn fail_if_exited(&self) -> Result<(), Error> {
+        for component in self.lock_running().iter_mut() {
+            if let Some(status) = component.exited() {
+                return Err(Error::Exited {
+                    component: component.name.clone(),
+                    status,
+                    log: component.log_tail(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_for_client(&self) -> Result<Client, Error> {
+        let client = self.client().await?;
+        self.wait_for("kube-apiserver /readyz", || {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/readyz").body(Vec::new());
+                match request {
+                    Ok(request) => client
+                        .request_text(request)
+                        .await
+                        .is_ok_and(|body| body.trim() == "ok"),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await?;
+        Ok(client)
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let mut running = self.lock_running();
+        while let Some(mut component) = running.pop() {
+            component.stop(Duration::from_secs(10));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn recipes(
+    tools: &Path,
+    dir: &Path,
+    pki: &pki::Pki,
+    kubeconfig: &Path,
+    ports: [u16; 6],
+) -> BTreeMap<String, Recipe> {
+    let [
+        etcd_port,
+        etcd_peer_port,
+        api_port,
+        kcm_port,
+        scheduler_port,
+        kwok_port,
+    ] = ports;
+    let path = |p: &Path| p.display().to_string();
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+    let always_allow =
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
+    let table: [(&str, Vec<String>); 5] = [
+        (
+            "etcd",
+            vec![
+                "--name=testbed".into(),
+                format!("--data-dir={}", path(&dir.join("etcd"))),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=testbed={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        ),
+        (
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                // Without it the API server looks for a default route, which sandboxes may not have.
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", path(&pki.serving_cert)),
+                format!("--tls-private-key-file={}", path(&pki.serving_key)),
+                format!("--client-ca-file={}", path(&pki.ca_cert)),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!(
+                    "--service-account-key-file={}",
+                    path(&pki.service_account_public_key)
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    path(&pki.service_account_key)
+                ),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--authorization-mode=Node,RBAC".into(),
+                "--allow-privileged=true".into(),
+                "--endpoint-reconciler-type=none".into(),
+            ],
+        ),
+        (
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--authentication-kubeconfig={}", path(kubeconfig)),
+                format!("--authorization-kubeconfig={}", path(kubeconfig)),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--root-ca-file={}", path(&pki.ca_cert)),
+                format!(
+                    "--service-account-private-key-file={}",
+                    path(&pki.service_account_key)
+                ),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                always_allow.clone(),
+            ],
+        ),
+        (
+            "kube-scheduler",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--authentication-kubeconfig={}", path(kubeconfig)),
+                format!("--authorization-kubeconfig={}", path(kubeconfig)),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={scheduler_port}"),
+                always_allow,
+            ],
+        ),
+        (
+            "kwok",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--config={}", path(&dir.join("kwok.yaml"))),
+                "--manage-all-nodes=false".into(),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+                format!("--cidr={POD_CIDR}"),
+                format!("--node-ip={NODE_IP}"),
+                "--node-lease-duration-seconds=40".into(),
+                format!("--server-address=127.0.0.1:{kwok_port}"),
+            ],
+        ),
+    ];
+    table
+        .into_iter()
+        .map(|(name, args)| {
+            (
+                name.to_string(),
+                Recipe {
+                    program: tools.join(name),
+                    args,
+                },
+            )
+        })
+        .collect()
+}
+
+fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: admin
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: testbed
+  context:
+    cluster: testbed
+    user: admin
+current-context: testbed
+",
+        ca = pki.ca_cert.display(),
+        cert = pki.admin_cert.display(),
+        key = pki.admin_key.display(),
+    )
+}
+
+async fn create_node(client: &Client) -> Result<(), Error> {
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "type": "kwok"}
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}
+        }
+    }))
+    .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await?;
+    Ok(())
+}
+
+fn node_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn etcd_healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains(r#""health":"true""#)
+}
+
+/// Polls `probe` every 200 ms until it returns a value or `timeout` passes.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return Some(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
+    // Hold every listener until all ports are chosen so no two are the same.
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    format!("{:08x}", hasher.finish() as u32)
+}

@@ -1,0 +1,78 @@
+//! `testbed up`: start the local control plane and keep it running until Ctrl-C.
+
+use std::process::ExitCode;
+
+use testbed::ControlPlane;
+
+const USAGE: &str = "usage: testbed up
+
+Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+with one simulated node) on free loopback ports, prints its KUBECONFIG, and runs until Ctrl-C or SIGTERM, then
+stops every process and removes its directory. The first run builds the Go tools (see hack/tools.sh).";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["up"] => up(),
+        ["-h" | "--help" | "help"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn up() -> ExitCode {
+    let plane = match ControlPlane::start() {
+        Ok(plane) => plane,
+        Err(error) => {
+            eprintln!("testbed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let kubectl = plane.tools().join("kubectl");
+    println!("The control plane is running.\n");
+    println!("  export KUBECONFIG={}", plane.kubeconfig().display());
+    println!(
+        "  export PATH={}:$PATH   # kubectl, helm",
+        plane.tools().display()
+    );
+    println!("  {} get nodes\n", kubectl.display());
+    println!(
+        "Stop it with Ctrl-C (or SIGTERM to pid {}).",
+        std::process::id()
+    );
+    let stopped = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|runtime| runtime.block_on(wait_for_stop_signal()));
+    println!("Stopping...");
+    plane.stop();
+    match stopped {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("testbed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn wait_for_stop_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => return,
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
