@@ -278,3 +278,293 @@ fn normal(registry: &Registry, reason: &'static str, message: String) -> Notice 
         message,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Problem, Source};
+
+    const HELP: &str = "https://docs.example/registry";
+
+    fn registry(name: &str, priority: i32, ready: bool) -> Registry {
+        let document = LocalRegistryHostingV1 {
+            host: Some(format!("localhost:{}", 30000 + priority)),
+            host_from_cluster_network: Some(format!("{name}.reg.svc.cluster.local:5000")),
+            ..LocalRegistryHostingV1::default()
+        };
+        Registry {
+            id: ServiceId {
+                namespace: "reg".into(),
+                name: name.into(),
+            },
+            source: Source::Labelled,
+            priority,
+            created: None,
+            ready,
+            document: Ok(document),
+            reference: ObjectReference {
+                name: Some(name.into()),
+                namespace: Some("reg".into()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn broken(name: &str) -> Registry {
+        let problem = Problem {
+            reason: "AmbiguousPort",
+            message: "two ports".into(),
+        };
+        Registry {
+            document: Err(problem),
+            ..registry(name, 0, true)
+        }
+    }
+
+    fn existing(owned: bool, document: Option<&LocalRegistryHostingV1>) -> Existing {
+        Existing {
+            owned,
+            writer: Some(if owned { MANAGER } else { "ctlptl" }.into()),
+            text: document.map(LocalRegistryHostingV1::render),
+            uid: Some("uid-1".into()),
+            resource_version: Some("7".into()),
+        }
+    }
+
+    fn doc(r: &Registry) -> LocalRegistryHostingV1 {
+        r.document.clone().expect("a valid fixture")
+    }
+
+    fn decide_now(
+        registries: &[Registry],
+        current: Option<&Existing>,
+        settings: &PublishArgs,
+    ) -> Decision {
+        let now = Instant::now();
+        let mut readiness = Readiness::default();
+        readiness.observe(registries, now);
+        decide(registries, current, &readiness, now, settings)
+    }
+
+    fn reasons(decision: &Decision) -> Vec<(&str, &'static str)> {
+        decision
+            .notices
+            .iter()
+            .map(|n| (n.regarding.name.as_deref().unwrap_or_default(), n.reason))
+            .collect()
+    }
+
+    #[test]
+    fn publishes_the_ready_registry_and_says_so() {
+        let zot = registry("zot", 0, true);
+        let decision = decide_now(std::slice::from_ref(&zot), None, &PublishArgs::default());
+        assert_eq!(
+            decision.action,
+            Action::Apply {
+                document: doc(&zot),
+                source: Some(zot.id.clone())
+            }
+        );
+        assert_eq!(reasons(&decision), [("zot", "Published")]);
+    }
+
+    #[test]
+    fn writes_nothing_when_the_published_document_is_current() {
+        let zot = registry("zot", 0, true);
+        let current = existing(true, Some(&doc(&zot)));
+        let decision = decide_now(
+            std::slice::from_ref(&zot),
+            Some(&current),
+            &PublishArgs::default(),
+        );
+        assert_eq!(decision.action, Action::Keep);
+        assert_eq!(
+            reasons(&decision),
+            [("zot", "Published")],
+            "the state is still worth stating once"
+        );
+    }
+
+    #[test]
+    fn corrects_a_drifted_document_it_owns() {
+        let zot = registry("zot", 0, true);
+        let mut edited = doc(&zot);
+        edited.host = Some("localhost:1".into());
+        let decision = decide_now(
+            std::slice::from_ref(&zot),
+            Some(&existing(true, Some(&edited))),
+            &PublishArgs::default(),
+        );
+        assert!(matches!(decision.action, Action::Apply { .. }));
+    }
+
+    #[test]
+    fn leaves_a_foreign_configmap_alone_unless_told_to_take_over() {
+        let zot = registry("zot", 0, true);
+        let foreign = existing(
+            false,
+            Some(&LocalRegistryHostingV1 {
+                host: Some("localhost:5001".into()),
+                ..Default::default()
+            }),
+        );
+        let decision = decide_now(
+            std::slice::from_ref(&zot),
+            Some(&foreign),
+            &PublishArgs::default(),
+        );
+        assert_eq!(decision.action, Action::Keep);
+        assert!(reasons(&decision).contains(&("zot", "ForeignConfigMap")));
+        assert!(
+            decision
+                .held_back
+                .as_deref()
+                .is_some_and(|why| why.contains("ctlptl") && why.contains("--take-over"))
+        );
+
+        let agreeing = existing(false, Some(&doc(&zot)));
+        let quiet = decide_now(
+            std::slice::from_ref(&zot),
+            Some(&agreeing),
+            &PublishArgs::default(),
+        );
+        assert_eq!(
+            (quiet.action, quiet.held_back),
+            (Action::Keep, None),
+            "nothing to complain about"
+        );
+
+        let take_over = PublishArgs {
+            take_over: true,
+            ..PublishArgs::default()
+        };
+        let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &take_over);
+        assert!(matches!(decision.action, Action::Apply { .. }));
+        let gone = decide_now(&[], Some(&foreign), &take_over);
+        assert_eq!(
+            gone.action,
+            Action::Keep,
+            "a foreign ConfigMap is never deleted"
+        );
+    }
+
+    #[test]
+    fn an_unready_published_registry_stays_for_the_grace_period_then_gives_way_to_help() {
+        let settings = PublishArgs {
+            help_url: Some(HELP.into()),
+            ..PublishArgs::default()
+        };
+        let zot = registry("zot", 0, false);
+        let current = existing(true, Some(&doc(&zot)));
+        let start = Instant::now();
+        let mut readiness = Readiness::default();
+        readiness.observe(std::slice::from_ref(&zot), start);
+
+        let during = decide(
+            std::slice::from_ref(&zot),
+            Some(&current),
+            &readiness,
+            start + Duration::from_secs(5),
+            &settings,
+        );
+        assert_eq!(during.action, Action::Keep);
+        assert_eq!(during.recheck_after, Some(Duration::from_secs(10)));
+
+        let after = decide(
+            std::slice::from_ref(&zot),
+            Some(&current),
+            &readiness,
+            start + Duration::from_secs(15),
+            &settings,
+        );
+        assert_eq!(
+            after.action,
+            Action::Apply {
+                document: LocalRegistryHostingV1::help_only(HELP.into()),
+                source: None
+            }
+        );
+        assert_eq!(after.recheck_after, None);
+    }
+
+    #[test]
+    fn without_a_help_url_a_withdrawn_registry_means_deleting_what_we_wrote() {
+        let zot = registry("zot", 0, true);
+        let current = existing(true, Some(&doc(&zot)));
+        assert_eq!(
+            decide_now(&[], Some(&current), &PublishArgs::default()).action,
+            Action::Delete
+        );
+        assert_eq!(
+            decide_now(&[], None, &PublishArgs::default()).action,
+            Action::Keep
+        );
+    }
+
+    #[test]
+    fn a_registry_never_seen_ready_is_not_published_on_credit() {
+        let fresh = registry("fresh", 10, false);
+        let steady = registry("steady", 0, true);
+        let decision = decide_now(
+            &[fresh.clone(), steady.clone()],
+            None,
+            &PublishArgs::default(),
+        );
+        assert_eq!(
+            decision.action,
+            Action::Apply {
+                document: doc(&steady),
+                source: Some(steady.id.clone())
+            }
+        );
+        assert!(reasons(&decision).contains(&("fresh", "NotPublished")));
+    }
+
+    #[test]
+    fn losers_are_told_who_won() {
+        let (high, low) = (registry("high", 5, true), registry("low", 0, true));
+        let decision = decide_now(&[high.clone(), low], None, &PublishArgs::default());
+        let loser = decision
+            .notices
+            .iter()
+            .find(|n| n.reason == "NotPublished")
+            .expect("a notice for the loser");
+        assert!(
+            loser.message.contains("reg/high") && loser.message.contains("priority 5 vs 0"),
+            "{}",
+            loser.message
+        );
+    }
+
+    #[test]
+    fn a_misconfigured_winner_keeps_the_last_good_document() {
+        let zot = registry("zot", 0, true);
+        let current = existing(true, Some(&doc(&zot)));
+        let decision = decide_now(&[broken("zot")], Some(&current), &PublishArgs::default());
+        assert_eq!(decision.action, Action::Keep);
+        assert_eq!(reasons(&decision), [("zot", "AmbiguousPort")]);
+        assert!(decision.held_back.is_some());
+    }
+
+    #[test]
+    fn the_desired_configmap_carries_one_key_and_our_label() {
+        let settings = PublishArgs::default();
+        let configmap = desired_configmap(&doc(&registry("zot", 0, true)), &settings);
+        assert_eq!(configmap.metadata.namespace.as_deref(), Some("kube-public"));
+        assert_eq!(
+            configmap.metadata.name.as_deref(),
+            Some("local-registry-hosting")
+        );
+        assert_eq!(
+            configmap.labels().get(MANAGED_BY_LABEL).map(String::as_str),
+            Some(MANAGER)
+        );
+        assert_eq!(
+            configmap
+                .data
+                .as_ref()
+                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
+            Some(vec![DATA_KEY.to_string()])
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Runs the publisher against the shared real control plane, isolated in a fresh namespace that is both the only
+//! watched namespace and where the ConfigMap is published, so tests run side by side without touching kube-public.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use local_registry_publisher::config::PublishArgs;
+use local_registry_publisher::controller::Publisher;
+use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
+use serde_json::Value;
+use testbed::ControlPlane;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use testbed::wait_until;
+
+pub const TARGET: &str = "local-registry-hosting";
+/// Long enough for anything the control plane does under load; tests never assert on speed.
+pub const SOON: Duration = Duration::from_secs(30);
+
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub struct Scenario {
+    pub client: Client,
+    pub ns: String,
+    pub settings: PublishArgs,
+}
+
+impl Scenario {
+    /// A fresh namespace and settings scoped to it, with a short grace period and no built-in recognition.
+    pub async fn new(prefix: &str) -> Self {
+        let plane = ControlPlane::shared();
+        let client = plane.client().await.expect("admin client");
+        let ns = plane
+            .namespace(&client, prefix)
+            .await
+            .expect("test namespace");
+        let settings = PublishArgs {
+            watch_namespaces: vec![ns.clone()],
+            configmap_namespace: ns.clone(),
+            configmap_name: TARGET.into(),
+            grace_period: Duration::from_secs(2),
+            no_builtin_registries: true,
+            ..PublishArgs::default()
+        };
+        Self {
+            client,
+            ns,
+            settings,
+        }
+    }
+
+    /// Starts the publisher with the current settings.
+    pub fn start(&self) -> Running {
+        let (stop, stopped) = oneshot::channel();
+        let publisher = Publisher::new(self.client.clone(), self.settings.clone());
+        let task = tokio::spawn(publisher.run(async move {
+            let _ = stopped.await;
+        }));
+        Running {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn configmaps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.settings.configmap_namespace)
+    }
+
+    pub async fn configmap(&self) -> Option<ConfigMap> {
+        self.configmaps()
+            .get_opt(&self.settings.configmap_name)
+            .await
+            .expect("GET the ConfigMap")
+    }
+
+    /// The published document read the way readers read it: GET, take `localRegistryHosting.v1`, parse YAML.
+    pub async fn published(&self) -> Option<LocalRegistryHostingV1> {
+        let configmap = self.configmap().await?;
+        let text = configmap.data.as_ref()?.get(DATA_KEY)?.clone();
+        Some(LocalRegistryHostingV1::parse(&text).expect("readers can parse what is published"))
+    }
+
+    /// Waits until the published document satisfies `check`, and returns it.
+    pub async fn wait_published(
+        &self,
+        what: &str,
+        check: impl Fn(&Option<LocalRegistryHostingV1>) -> bool,
+    ) -> Option<LocalRegistryHostingV1> {
+        let found = wait_until(SOON, || async {
+            let published = self.published().await;
+            check(&published).then_some(published)
+        })
+        .await;
+        match found {
+            Some(published) => published,
+            None => panic!(
+                "timed out waiting for {what}; published now: {:?}",
+                self.published().await
+            ),
+        }
+    }
+
+    pub async fn wait_host(&self, host: &str) -> LocalRegistryHostingV1 {
+        self.wait_published(&format!("host {host}"), |d| {
+            d.as_ref().and_then(|d| d.host.as_deref()) == Some(host)
+        })
+        .await
+        .expect("a document")
+    }
+
+    /// Creates or updates any namespaced object from JSON (apiVersion, kind and metadata.name required).
+    pub async fn apply(&self, manifest: Value) {
+        apply_in(&self.client, &self.ns, manifest).await;
+    }
+
+    pub async fn delete(&self, api_version: &str, kind: &str, name: &str) {
+        delete_in(&self.client, &self.ns, api_version, kind, name).await;
+    }
+
+    /// Patches the status subresource (for LoadBalancer ingress, which no controller sets here).
+    pub async fn patch_status(&self, api_version: &str, kind: &str, name: &str, status: Value) {
+        let api = dynamic_api(&self.client, &self.ns, api_version, kind);
+        let patch = serde_json::json!({"status": status});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch status");
+    }
+
+    /// How many times an Event with `reason` on `name` was recorded, counting the repeats a Recorder folds into
+    /// one Event's series.
+    pub async fn occurrences(&self, name: &str, reason: &str) -> i32 {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let list = events.list(&Default::default()).await.expect("list events");
+        list.items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map_or(1, |series| series.count))
+            .sum()
+    }
+
+    /// Events regarding the named object: (type, reason, note).
+    pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let list = events.list(&Default::default()).await.expect("list events");
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits for an Event with `reason` on `name` and returns its note.
+    pub async fn wait_event(&self, name: &str, reason: &str) -> String {
+        let found = wait_until(SOON, || async {
+            self.events_for(name)
+                .await
+                .into_iter()
+                .find(|(_, r, _)| r == reason)
+                .map(|(_, _, note)| note)
+        })
+        .await;
+        match found {
+            Some(note) => note,
+            None => panic!(
+                "no {reason} Event on {name}; its events: {:?}",
+                self.events_for(name).await
+            ),
+        }
+    }
+}
+
+pub async fn apply_in(client: &Client, ns: &str, manifest: Value) {
+    let api_version = manifest["apiVersion"]
+        .as_str()
+        .expect("apiVersion")
+        .to_string();
+    let kind = manifest["kind"].as_str().expect("kind").to_string();
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .expect("metadata.name")
+        .to_string();
+    let api = dynamic_api(client, ns, &api_version, &kind);
+    let object: DynamicObject = serde_json::from_value(manifest).expect("a Kubernetes object");
+    api.patch(
+        &name,
+        &PatchParams::apply("publisher-tests").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+pub async fn delete_in(client: &Client, ns: &str, api_version: &str, kind: &str, name: &str) {
+    let api = dynamic_api(client, ns, api_version, kind);
+    match api.delete(name, &DeleteParams::foreground()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("delete {kind} {name}: {e}"),
+    }
+}
+
+fn dynamic_api(client: &Client, ns: &str, api_version: &str, kind: &str) -> Api<DynamicObject> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// A Deployment whose pods kwok makes Ready, labelled `app=<name>`.
+pub fn deployment(name: &str, replicas: i32, labels: Value, container_ports: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "registry", "image": "registry:2", "ports": container_ports}]}
+            }
+        }
+    })
+}
+
+/// A Service; `labels`, `annotations` and `spec` are merged in as given.
+pub fn service(name: &str, labels: Value, annotations: Value, spec: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": spec
+    })
+}
+
+pub fn registry_label() -> Value {
+    serde_json::json!({"local-registry-publisher.io/registry": "true"})
+}
+
+pub fn resource_version(configmap: &ConfigMap) -> String {
+    configmap.resource_version().unwrap_or_default()
+}
+
+pub async fn create_foreign_configmap(scenario: &Scenario, text: &str) -> ConfigMap {
+    let mut configmap = ConfigMap::default();
+    configmap.metadata.name = Some(scenario.settings.configmap_name.clone());
+    configmap.data = Some([(DATA_KEY.to_string(), text.to_string())].into());
+    scenario
+        .configmaps()
+        .create(&PostParams::default(), &configmap)
+        .await
+        .expect("create foreign ConfigMap")
+}
