@@ -29,18 +29,17 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    Publisher::new(client, args.publish)
-        .run(shutdown_signal())
-        .await;
+    Publisher::new(client, args.publish).run(shutdown_signal()).await;
     ExitCode::SUCCESS
 }
 
 fn init_logging(args: &Args) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -48,14 +47,9 @@ fn init_logging(args: &Args) {
 }
 
 async fn client(args: &Args) -> Result<Client, Error> {
-    let options = KubeConfigOptions {
-        context: args.context.clone(),
-        ..KubeConfigOptions::default()
-    };
+    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
-        (Some(path), _) => {
-            Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, &options).await?
-        }
+        (Some(path), _) => Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, &options).await?,
         (None, Some(_)) => Config::from_kubeconfig(&options).await?,
         (None, None) => Config::infer().await?,
     };

@@ -127,41 +127,29 @@ fn parse_duration(value: &str) -> Result<Duration, String> {
 
 fn parse_help_url(value: &str) -> Result<String, String> {
     let probe = hosting::LocalRegistryHostingV1::help_only(value.to_string());
-    probe
-        .validate()
-        .map(|()| value.to_string())
-        .map_err(|e| e.reason)
+    probe.validate().map(|()| value.to_string()).map_err(|e| e.reason)
 }
 
 fn parse_node_address(value: &str) -> Result<NodeAddress, String> {
     match value {
         "localhost" => Ok(NodeAddress::Localhost),
         "internal-ip" => Ok(NodeAddress::InternalIp),
-        literal
-            if literal.parse::<std::net::IpAddr>().is_ok()
-                || (literal.contains('.') && is_dns_name(literal)) =>
-        {
+        literal if literal.parse::<std::net::IpAddr>().is_ok() || (literal.contains('.') && is_dns_name(literal)) => {
             Ok(NodeAddress::Literal(literal.to_ascii_lowercase()))
         }
-        other => Err(format!(
-            "unknown mode {other:?}: use localhost, internal-ip, or an IP address or dotted host name"
-        )),
+        other => {
+            Err(format!("unknown mode {other:?}: use localhost, internal-ip, or an IP address or dotted host name"))
+        }
     }
 }
 
 fn parse_log_filter(value: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(value)
-        .map(|_| value.to_string())
-        .map_err(|e| e.to_string())
+    tracing_subscriber::EnvFilter::try_new(value).map(|_| value.to_string()).map_err(|e| e.to_string())
 }
 
 fn parse_namespace(value: &str) -> Result<String, String> {
     let valid = !value.is_empty() && value.len() <= 63 && is_dns_label(value);
-    if valid {
-        Ok(value.to_string())
-    } else {
-        Err(format!("{value:?} is not a valid namespace name"))
-    }
+    if valid { Ok(value.to_string()) } else { Err(format!("{value:?} is not a valid namespace name")) }
 }
 
 fn parse_dns_subdomain(value: &str) -> Result<String, String> {
@@ -174,19 +162,13 @@ fn parse_dns_subdomain(value: &str) -> Result<String, String> {
 
 fn parse_cluster_domain(value: &str) -> Result<String, String> {
     let trimmed = value.trim_end_matches('.');
-    if is_dns_name(trimmed) {
-        Ok(trimmed.to_string())
-    } else {
-        Err(format!("{value:?} is not a DNS domain"))
-    }
+    if is_dns_name(trimmed) { Ok(trimmed.to_string()) } else { Err(format!("{value:?} is not a DNS domain")) }
 }
 
 fn is_dns_label(label: &str) -> bool {
     !label.is_empty()
         && label.len() <= 63
-        && label
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !label.starts_with('-')
         && !label.ends_with('-')
 }
@@ -242,9 +224,7 @@ fn check_requirement(requirement: &str) -> Result<(), String> {
                 .strip_prefix('(')
                 .and_then(|v| v.strip_suffix(')'))
                 .ok_or("a set needs parentheses, like in (a,b)")?;
-            return inner
-                .split(',')
-                .try_for_each(|v| check_label_value(v.trim()));
+            return inner.split(',').try_for_each(|v| check_label_value(v.trim()));
         }
     }
     check_label_key(requirement)
@@ -258,9 +238,7 @@ fn check_label_key(key: &str) -> Result<(), String> {
     if let Some(prefix) = prefix
         && !(prefix.len() <= 253 && is_dns_name(prefix))
     {
-        return Err(format!(
-            "label key prefix {prefix:?} is not a DNS subdomain"
-        ));
+        return Err(format!("label key prefix {prefix:?} is not a DNS subdomain"));
     }
     if name.is_empty() || !is_label_name(name) {
         return Err(format!("{key:?} is not a valid label key"));
@@ -269,18 +247,12 @@ fn check_label_key(key: &str) -> Result<(), String> {
 }
 
 fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || is_label_name(value) {
-        Ok(())
-    } else {
-        Err(format!("{value:?} is not a valid label value"))
-    }
+    if value.is_empty() || is_label_name(value) { Ok(()) } else { Err(format!("{value:?} is not a valid label value")) }
 }
 
 fn is_label_name(name: &str) -> bool {
     name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
@@ -290,9 +262,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
-        Args::try_parse_from(
-            std::iter::once("local-registry-publisher").chain(args.iter().copied()),
-        )
+        Args::try_parse_from(std::iter::once("local-registry-publisher").chain(args.iter().copied()))
     }
 
     #[test]
@@ -321,10 +291,7 @@ mod tests {
         assert_eq!(args.watch_namespaces, ["a", "b"]);
         assert_eq!(args.grace_period, Duration::from_secs(90));
         assert_eq!(
-            parse(&["--node-address=192.168.49.2"])
-                .unwrap()
-                .publish
-                .node_address,
+            parse(&["--node-address=192.168.49.2"]).unwrap().publish.node_address,
             NodeAddress::Literal("192.168.49.2".into())
         );
     }
@@ -346,10 +313,7 @@ mod tests {
             assert_eq!(error.exit_code(), 2, "{flag}");
             let option = flag.split('=').next().unwrap();
             let text = error.to_string();
-            assert!(
-                text.contains(option) && text.contains(needle),
-                "{flag}: {text}"
-            );
+            assert!(text.contains(option) && text.contains(needle), "{flag}: {text}");
         }
     }
 }

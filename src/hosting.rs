@@ -45,10 +45,7 @@ pub enum ParseError {
 impl LocalRegistryHostingV1 {
     /// A document that only points at help, published while no registry is usable.
     pub fn help_only(help: String) -> Self {
-        Self {
-            help: Some(help),
-            ..Self::default()
-        }
+        Self { help: Some(help), ..Self::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -59,14 +56,8 @@ impl LocalRegistryHostingV1 {
     fn fields(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
         [
             ("host", self.host.as_deref()),
-            (
-                "hostFromContainerRuntime",
-                self.host_from_container_runtime.as_deref(),
-            ),
-            (
-                "hostFromClusterNetwork",
-                self.host_from_cluster_network.as_deref(),
-            ),
+            ("hostFromContainerRuntime", self.host_from_container_runtime.as_deref()),
+            ("hostFromClusterNetwork", self.host_from_cluster_network.as_deref()),
             ("help", self.help.as_deref()),
         ]
         .into_iter()
@@ -80,11 +71,7 @@ impl LocalRegistryHostingV1 {
                 "help" => validate_help(value),
                 _ => validate_host(value),
             }
-            .map_err(|reason| InvalidValue {
-                field,
-                value: value.to_string(),
-                reason,
-            })?;
+            .map_err(|reason| InvalidValue { field, value: value.to_string(), reason })?;
             // The knative Tiltfile greps for "host:" and keeps every matching line, so only the host line may match.
             if field != "host" && value.contains("host:") {
                 return Err(InvalidValue {
@@ -95,16 +82,12 @@ impl LocalRegistryHostingV1 {
                 });
             }
         }
-        if self.host_from_container_runtime.is_some()
-            && self.host.is_none()
-            && self.host_from_cluster_network.is_none()
+        if self.host_from_container_runtime.is_some() && self.host.is_none() && self.host_from_cluster_network.is_none()
         {
             return Err(InvalidValue {
                 field: "hostFromContainerRuntime",
                 value: self.host_from_container_runtime.clone().unwrap_or_default(),
-                reason:
-                    "needs host or hostFromClusterNetwork beside it: a way to pull but none to push"
-                        .into(),
+                reason: "needs host or hostFromClusterNetwork beside it: a way to pull but none to push".into(),
             });
         }
         Ok(())
@@ -113,9 +96,7 @@ impl LocalRegistryHostingV1 {
     /// Block YAML, one `key: "value"` line per non-empty field, `host` first. Call [`validate`](Self::validate)
     /// first: validated values hold no character that needs escaping.
     pub fn render(&self) -> String {
-        self.fields()
-            .filter_map(|(key, value)| value.map(|v| format!("{key}: \"{v}\"\n")))
-            .collect()
+        self.fields().filter_map(|(key, value)| value.map(|v| format!("{key}: \"{v}\"\n"))).collect()
     }
 
     /// Parses a document the way readers do: a YAML mapping, unknown keys ignored.
@@ -129,15 +110,8 @@ impl LocalRegistryHostingV1 {
 
 impl fmt::Display for LocalRegistryHostingV1 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self
-            .fields()
-            .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
-            .collect();
-        if parts.is_empty() {
-            f.write_str("(empty)")
-        } else {
-            f.write_str(&parts.join(" "))
-        }
+        let parts: Vec<String> = self.fields().filter_map(|(key, value)| value.map(|v| format!("{key}={v}"))).collect();
+        if parts.is_empty() { f.write_str("(empty)") } else { f.write_str(&parts.join(" ")) }
     }
 }
 
@@ -152,10 +126,7 @@ fn validate_host(value: &str) -> Result<(), String> {
     if value.contains('/') {
         return Err("must be host[:port] with no path or trailing slash".into());
     }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\'))
-    {
+    if let Some(bad) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\')) {
         return Err(format!("must not contain {bad:?}"));
     }
     if value.chars().any(|c| c.is_ascii_uppercase()) {
@@ -192,23 +163,16 @@ fn validate_host(value: &str) -> Result<(), String> {
 
 fn split_host_port(value: &str) -> Result<(&str, Option<&str>), String> {
     if let Some(rest) = value.strip_prefix('[') {
-        let end = rest
-            .find(']')
-            .ok_or("an IPv6 address lacks its closing bracket")?;
+        let end = rest.find(']').ok_or("an IPv6 address lacks its closing bracket")?;
         let name = &value[..end + 2];
         return match &value[end + 2..] {
             "" => Ok((name, None)),
-            after => after
-                .strip_prefix(':')
-                .map(|p| (name, Some(p)))
-                .ok_or_else(|| "junk after ]".to_string()),
+            after => after.strip_prefix(':').map(|p| (name, Some(p))).ok_or_else(|| "junk after ]".to_string()),
         };
     }
     match value.split_once(':') {
         None => Ok((value, None)),
-        Some((_, port)) if port.contains(':') => {
-            Err("an IPv6 address must be in brackets, like [::1]:5000".into())
-        }
+        Some((_, port)) if port.contains(':') => Err("an IPv6 address must be in brackets, like [::1]:5000".into()),
         Some((name, port)) => Ok((name, Some(port))),
     }
 }
@@ -220,9 +184,7 @@ fn validate_dns_name(name: &str) -> Result<(), String> {
     for label in name.split('.') {
         let valid = !label.is_empty()
             && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !label.starts_with('-')
             && !label.ends_with('-');
         if !valid {
@@ -241,10 +203,7 @@ fn validate_help(value: &str) -> Result<(), String> {
     if authority.is_empty() {
         return Err("the URL has no host".into());
     }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\'))
-    {
+    if let Some(bad) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\')) {
         return Err(format!("must not contain {bad:?}"));
     }
     Ok(())
@@ -266,12 +225,7 @@ mod tests {
 
     #[test]
     fn renders_block_yaml_in_reader_order_with_empty_fields_left_out() {
-        let d = doc(
-            "localhost:5001",
-            "",
-            "registry.reg.svc.cluster.local:5000",
-            "https://example.dev/registry",
-        );
+        let d = doc("localhost:5001", "", "registry.reg.svc.cluster.local:5000", "https://example.dev/registry");
         assert_eq!(
             d.render(),
             "host: \"localhost:5001\"\n\
@@ -282,15 +236,11 @@ mod tests {
 
     #[test]
     fn parses_what_it_renders_and_what_other_writers_write() {
-        let d = doc(
-            "10.0.0.10:30500",
-            "127.0.0.1:30500",
-            "registry.reg.svc.cluster.local:5000",
-            "http://x.dev/",
-        );
+        let d = doc("10.0.0.10:30500", "127.0.0.1:30500", "registry.reg.svc.cluster.local:5000", "http://x.dev/");
         assert_eq!(LocalRegistryHostingV1::parse(&d.render()).unwrap(), d);
         // kind's documented script: unquoted keys, a comment-free block, an unknown future key.
-        let kind = "host: \"localhost:5001\"\nhelp: \"https://kind.sigs.k8s.io/docs/user/local-registry/\"\nfuture: 1\n";
+        let kind =
+            "host: \"localhost:5001\"\nhelp: \"https://kind.sigs.k8s.io/docs/user/local-registry/\"\nfuture: 1\n";
         let parsed = LocalRegistryHostingV1::parse(kind).unwrap();
         assert_eq!(parsed.host.as_deref(), Some("localhost:5001"));
         assert!(LocalRegistryHostingV1::parse("host: [unclosed").is_err());
@@ -339,43 +289,20 @@ mod tests {
 
     #[test]
     fn help_must_be_an_absolute_http_url() {
-        assert_eq!(
-            validate_help("https://kind.sigs.k8s.io/docs/user/local-registry/"),
-            Ok(())
-        );
+        assert_eq!(validate_help("https://kind.sigs.k8s.io/docs/user/local-registry/"), Ok(()));
         assert_eq!(validate_help("http://wiki.example/registry?x=1"), Ok(()));
-        for bad in [
-            "kind.sigs.k8s.io",
-            "ftp://x.dev",
-            "https://",
-            "https://x.dev/a b",
-            "https://x.dev/\"q\"",
-        ] {
+        for bad in ["kind.sigs.k8s.io", "ftp://x.dev", "https://", "https://x.dev/a b", "https://x.dev/\"q\""] {
             assert!(validate_help(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn only_the_host_line_may_contain_host_colon() {
-        let error = doc("10.0.0.1:5000", "localhost:5000", "", "")
-            .validate()
-            .unwrap_err();
+        let error = doc("10.0.0.1:5000", "localhost:5000", "", "").validate().unwrap_err();
         assert_eq!(error.field, "hostFromContainerRuntime");
         assert!(error.reason.contains("line-based"));
-        assert!(
-            doc(
-                "",
-                "",
-                "r.ns.svc.cluster.local:5000",
-                "http://localhost:8080/help"
-            )
-            .validate()
-            .is_err()
-        );
-        assert_eq!(
-            doc("localhost:5000", "127.0.0.1:5000", "", "").validate(),
-            Ok(())
-        );
+        assert!(doc("", "", "r.ns.svc.cluster.local:5000", "http://localhost:8080/help").validate().is_err());
+        assert_eq!(doc("localhost:5000", "127.0.0.1:5000", "", "").validate(), Ok(()));
     }
 
     #[test]

@@ -30,27 +30,18 @@ pub struct Existing {
 impl Existing {
     pub fn from_configmap(configmap: &ConfigMap) -> Self {
         let managed_by = configmap.labels().get(MANAGED_BY_LABEL).cloned();
-        let first_manager = configmap
-            .managed_fields()
-            .iter()
-            .find_map(|f| f.manager.clone());
+        let first_manager = configmap.managed_fields().iter().find_map(|f| f.manager.clone());
         Self {
             owned: managed_by.as_deref() == Some(MANAGER),
             writer: managed_by.or(first_manager),
-            text: configmap
-                .data
-                .as_ref()
-                .and_then(|d| d.get(DATA_KEY))
-                .cloned(),
+            text: configmap.data.as_ref().and_then(|d| d.get(DATA_KEY)).cloned(),
             uid: configmap.metadata.uid.clone(),
             resource_version: configmap.metadata.resource_version.clone(),
         }
     }
 
     fn document(&self) -> Option<LocalRegistryHostingV1> {
-        self.text
-            .as_deref()
-            .and_then(|t| LocalRegistryHostingV1::parse(t).ok())
+        self.text.as_deref().and_then(|t| LocalRegistryHostingV1::parse(t).ok())
     }
 }
 
@@ -62,8 +53,7 @@ pub struct Readiness {
 
 impl Readiness {
     pub fn observe(&mut self, registries: &[Registry], now: Instant) {
-        self.unready_since
-            .retain(|id, _| registries.iter().any(|r| &r.id == id && !r.ready));
+        self.unready_since.retain(|id, _| registries.iter().any(|r| &r.id == id && !r.ready));
         for registry in registries.iter().filter(|r| !r.ready) {
             self.unready_since.entry(registry.id.clone()).or_insert(now);
         }
@@ -72,9 +62,7 @@ impl Readiness {
     /// Time left before an unready registry is withdrawn; `None` once it is past.
     fn grace_left(&self, id: &ServiceId, now: Instant, grace: Duration) -> Option<Duration> {
         let since = self.unready_since.get(id)?;
-        grace
-            .checked_sub(now.saturating_duration_since(*since))
-            .filter(|left| !left.is_zero())
+        grace.checked_sub(now.saturating_duration_since(*since)).filter(|left| !left.is_zero())
     }
 }
 
@@ -83,10 +71,7 @@ pub enum Action {
     /// Nothing to write.
     Keep,
     /// Server-side apply this document; `source` is the registry it describes (none for a help-only one).
-    Apply {
-        document: LocalRegistryHostingV1,
-        source: Option<ServiceId>,
-    },
+    Apply { document: LocalRegistryHostingV1, source: Option<ServiceId> },
     /// Delete the ConfigMap we wrote; nothing is left to say.
     Delete,
 }
@@ -122,15 +107,9 @@ pub fn decide(
     let grace = |r: &Registry| readiness.grace_left(&r.id, now, settings.grace_period);
     // An unready registry keeps its place only while its grace lasts, and only if it is what readers see now:
     // a registry that was never ready here is not published on credit.
-    let eligible = |r: &Registry| {
-        r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published.as_ref())
-    };
+    let eligible = |r: &Registry| r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published.as_ref());
     let winner = registries.iter().find(|r| eligible(r));
-    let recheck_after = registries
-        .iter()
-        .filter(|r| eligible(r) && !r.ready)
-        .filter_map(grace)
-        .min();
+    let recheck_after = registries.iter().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
 
     let mut notices = Vec::new();
     for registry in registries {
@@ -142,10 +121,7 @@ pub fn decide(
                     "not published: registry {} ranks higher (priority {} vs {}, then oldest, then by name)",
                     w.id, w.priority, registry.priority
                 ),
-                Some(w) => format!(
-                    "not published: no ready endpoint; registry {} is published instead",
-                    w.id
-                ),
+                Some(w) => format!("not published: no ready endpoint; registry {} is published instead", w.id),
                 None => "not published: no ready endpoint".to_string(),
             };
             notices.push(normal(registry, "NotPublished", message));
@@ -153,26 +129,16 @@ pub fn decide(
     }
 
     let desired = match winner {
-        Some(Registry {
-            document: Err(_), ..
-        }) => None,
-        Some(Registry {
-            document: Ok(document),
-            id,
-            ..
-        }) => Some(Some((document.clone(), Some(id.clone())))),
+        Some(Registry { document: Err(_), .. }) => None,
+        Some(Registry { document: Ok(document), id, .. }) => Some(Some((document.clone(), Some(id.clone())))),
         None => Some(help_only(registries, settings).map(|d| (d, None))),
     };
-    let target = format!(
-        "{}/{}",
-        settings.configmap_namespace, settings.configmap_name
-    );
+    let target = format!("{}/{}", settings.configmap_namespace, settings.configmap_name);
     let (action, held_back) = match (desired, existing) {
         // The winner is misconfigured: the last good document stays.
-        (None, _) => (
-            Action::Keep,
-            winner.map(|w| format!("registry {} has a problem; {target} is left as it is", w.id)),
-        ),
+        (None, _) => {
+            (Action::Keep, winner.map(|w| format!("registry {} has a problem; {target} is left as it is", w.id)))
+        }
         (Some(None), None) => (Action::Keep, None),
         (Some(Some((document, source))), None) => (Action::Apply { document, source }, None),
         (Some(desired), Some(existing)) if !existing.owned && !settings.take_over => {
@@ -182,70 +148,32 @@ pub fn decide(
                 existing.writer.as_deref().unwrap_or("another tool")
             );
             if let (true, Some(winner)) = (differs, winner) {
-                notices.push(warning(
-                    winner,
-                    "ForeignConfigMap",
-                    format!("not published: {why}"),
-                ));
+                notices.push(warning(winner, "ForeignConfigMap", format!("not published: {why}")));
             }
             (Action::Keep, differs.then_some(why))
         }
         (Some(Some((document, source))), Some(existing)) => {
-            let current =
-                existing.owned && existing.text.as_deref() == Some(document.render().as_str());
-            (
-                if current {
-                    Action::Keep
-                } else {
-                    Action::Apply { document, source }
-                },
-                None,
-            )
+            let current = existing.owned && existing.text.as_deref() == Some(document.render().as_str());
+            (if current { Action::Keep } else { Action::Apply { document, source } }, None)
         }
-        (Some(None), Some(existing)) => (
-            if existing.owned {
-                Action::Delete
-            } else {
-                Action::Keep
-            },
-            None,
-        ),
+        (Some(None), Some(existing)) => (if existing.owned { Action::Delete } else { Action::Keep }, None),
     };
-    if let Some(Registry {
-        document: Ok(document),
-        ..
-    }) = winner
-    {
+    if let Some(Registry { document: Ok(document), .. }) = winner {
         let readers_see_it = match &action {
             Action::Apply { source, .. } => source.is_some(),
             _ => published.as_ref() == Some(document),
         };
         if let (true, Some(winner)) = (readers_see_it, winner) {
-            notices.push(normal(
-                winner,
-                "Published",
-                format!("published to {target}: {document}"),
-            ));
+            notices.push(normal(winner, "Published", format!("published to {target}: {document}")));
         }
     }
-    Decision {
-        action,
-        notices,
-        recheck_after,
-        held_back,
-    }
+    Decision { action, notices, recheck_after, held_back }
 }
 
 /// The help-only document for when no registry is usable: the configured URL, else the best registry's own.
 fn help_only(registries: &[Registry], settings: &PublishArgs) -> Option<LocalRegistryHostingV1> {
-    let annotated = registries
-        .iter()
-        .find_map(|r| r.document.as_ref().ok()?.help.clone());
-    settings
-        .help_url
-        .clone()
-        .or(annotated)
-        .map(LocalRegistryHostingV1::help_only)
+    let annotated = registries.iter().find_map(|r| r.document.as_ref().ok()?.help.clone());
+    settings.help_url.clone().or(annotated).map(LocalRegistryHostingV1::help_only)
 }
 
 /// The ConfigMap to server-side apply for `document`.
@@ -253,30 +181,17 @@ pub fn desired_configmap(document: &LocalRegistryHostingV1, settings: &PublishAr
     let mut configmap = ConfigMap::default();
     configmap.metadata.name = Some(settings.configmap_name.clone());
     configmap.metadata.namespace = Some(settings.configmap_namespace.clone());
-    configmap.metadata.labels = Some(BTreeMap::from([(
-        MANAGED_BY_LABEL.to_string(),
-        MANAGER.to_string(),
-    )]));
+    configmap.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGER.to_string())]));
     configmap.data = Some(BTreeMap::from([(DATA_KEY.to_string(), document.render())]));
     configmap
 }
 
 fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice {
-        regarding: registry.reference.clone(),
-        warning: true,
-        reason,
-        message,
-    }
+    Notice { regarding: registry.reference.clone(), warning: true, reason, message }
 }
 
 fn normal(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice {
-        regarding: registry.reference.clone(),
-        warning: false,
-        reason,
-        message,
-    }
+    Notice { regarding: registry.reference.clone(), warning: false, reason, message }
 }
 
 #[cfg(test)]
@@ -293,32 +208,19 @@ mod tests {
             ..LocalRegistryHostingV1::default()
         };
         Registry {
-            id: ServiceId {
-                namespace: "reg".into(),
-                name: name.into(),
-            },
+            id: ServiceId { namespace: "reg".into(), name: name.into() },
             source: Source::Labelled,
             priority,
             created: None,
             ready,
             document: Ok(document),
-            reference: ObjectReference {
-                name: Some(name.into()),
-                namespace: Some("reg".into()),
-                ..Default::default()
-            },
+            reference: ObjectReference { name: Some(name.into()), namespace: Some("reg".into()), ..Default::default() },
         }
     }
 
     fn broken(name: &str) -> Registry {
-        let problem = Problem {
-            reason: "AmbiguousPort",
-            message: "two ports".into(),
-        };
-        Registry {
-            document: Err(problem),
-            ..registry(name, 0, true)
-        }
+        let problem = Problem { reason: "AmbiguousPort", message: "two ports".into() };
+        Registry { document: Err(problem), ..registry(name, 0, true) }
     }
 
     fn existing(owned: bool, document: Option<&LocalRegistryHostingV1>) -> Existing {
@@ -335,11 +237,7 @@ mod tests {
         r.document.clone().expect("a valid fixture")
     }
 
-    fn decide_now(
-        registries: &[Registry],
-        current: Option<&Existing>,
-        settings: &PublishArgs,
-    ) -> Decision {
+    fn decide_now(registries: &[Registry], current: Option<&Existing>, settings: &PublishArgs) -> Decision {
         let now = Instant::now();
         let mut readiness = Readiness::default();
         readiness.observe(registries, now);
@@ -347,24 +245,14 @@ mod tests {
     }
 
     fn reasons(decision: &Decision) -> Vec<(&str, &'static str)> {
-        decision
-            .notices
-            .iter()
-            .map(|n| (n.regarding.name.as_deref().unwrap_or_default(), n.reason))
-            .collect()
+        decision.notices.iter().map(|n| (n.regarding.name.as_deref().unwrap_or_default(), n.reason)).collect()
     }
 
     #[test]
     fn publishes_the_ready_registry_and_says_so() {
         let zot = registry("zot", 0, true);
         let decision = decide_now(std::slice::from_ref(&zot), None, &PublishArgs::default());
-        assert_eq!(
-            decision.action,
-            Action::Apply {
-                document: doc(&zot),
-                source: Some(zot.id.clone())
-            }
-        );
+        assert_eq!(decision.action, Action::Apply { document: doc(&zot), source: Some(zot.id.clone()) });
         assert_eq!(reasons(&decision), [("zot", "Published")]);
     }
 
@@ -372,17 +260,9 @@ mod tests {
     fn writes_nothing_when_the_published_document_is_current() {
         let zot = registry("zot", 0, true);
         let current = existing(true, Some(&doc(&zot)));
-        let decision = decide_now(
-            std::slice::from_ref(&zot),
-            Some(&current),
-            &PublishArgs::default(),
-        );
+        let decision = decide_now(std::slice::from_ref(&zot), Some(&current), &PublishArgs::default());
         assert_eq!(decision.action, Action::Keep);
-        assert_eq!(
-            reasons(&decision),
-            [("zot", "Published")],
-            "the state is still worth stating once"
-        );
+        assert_eq!(reasons(&decision), [("zot", "Published")], "the state is still worth stating once");
     }
 
     #[test]
@@ -390,11 +270,8 @@ mod tests {
         let zot = registry("zot", 0, true);
         let mut edited = doc(&zot);
         edited.host = Some("localhost:1".into());
-        let decision = decide_now(
-            std::slice::from_ref(&zot),
-            Some(&existing(true, Some(&edited))),
-            &PublishArgs::default(),
-        );
+        let decision =
+            decide_now(std::slice::from_ref(&zot), Some(&existing(true, Some(&edited))), &PublishArgs::default());
         assert!(matches!(decision.action, Action::Apply { .. }));
     }
 
@@ -403,86 +280,43 @@ mod tests {
         let zot = registry("zot", 0, true);
         let foreign = existing(
             false,
-            Some(&LocalRegistryHostingV1 {
-                host: Some("localhost:5001".into()),
-                ..Default::default()
-            }),
+            Some(&LocalRegistryHostingV1 { host: Some("localhost:5001".into()), ..Default::default() }),
         );
-        let decision = decide_now(
-            std::slice::from_ref(&zot),
-            Some(&foreign),
-            &PublishArgs::default(),
-        );
+        let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &PublishArgs::default());
         assert_eq!(decision.action, Action::Keep);
         assert!(reasons(&decision).contains(&("zot", "ForeignConfigMap")));
-        assert!(
-            decision
-                .held_back
-                .as_deref()
-                .is_some_and(|why| why.contains("ctlptl") && why.contains("--take-over"))
-        );
+        assert!(decision.held_back.as_deref().is_some_and(|why| why.contains("ctlptl") && why.contains("--take-over")));
 
         let agreeing = existing(false, Some(&doc(&zot)));
-        let quiet = decide_now(
-            std::slice::from_ref(&zot),
-            Some(&agreeing),
-            &PublishArgs::default(),
-        );
-        assert_eq!(
-            (quiet.action, quiet.held_back),
-            (Action::Keep, None),
-            "nothing to complain about"
-        );
+        let quiet = decide_now(std::slice::from_ref(&zot), Some(&agreeing), &PublishArgs::default());
+        assert_eq!((quiet.action, quiet.held_back), (Action::Keep, None), "nothing to complain about");
 
-        let take_over = PublishArgs {
-            take_over: true,
-            ..PublishArgs::default()
-        };
+        let take_over = PublishArgs { take_over: true, ..PublishArgs::default() };
         let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &take_over);
         assert!(matches!(decision.action, Action::Apply { .. }));
         let gone = decide_now(&[], Some(&foreign), &take_over);
-        assert_eq!(
-            gone.action,
-            Action::Keep,
-            "a foreign ConfigMap is never deleted"
-        );
+        assert_eq!(gone.action, Action::Keep, "a foreign ConfigMap is never deleted");
     }
 
     #[test]
     fn an_unready_published_registry_stays_for_the_grace_period_then_gives_way_to_help() {
-        let settings = PublishArgs {
-            help_url: Some(HELP.into()),
-            ..PublishArgs::default()
-        };
+        let settings = PublishArgs { help_url: Some(HELP.into()), ..PublishArgs::default() };
         let zot = registry("zot", 0, false);
         let current = existing(true, Some(&doc(&zot)));
         let start = Instant::now();
         let mut readiness = Readiness::default();
         readiness.observe(std::slice::from_ref(&zot), start);
 
-        let during = decide(
-            std::slice::from_ref(&zot),
-            Some(&current),
-            &readiness,
-            start + Duration::from_secs(5),
-            &settings,
-        );
+        let during =
+            decide(std::slice::from_ref(&zot), Some(&current), &readiness, start + Duration::from_secs(5), &settings);
         assert_eq!(during.action, Action::Keep);
         assert_eq!(during.recheck_after, Some(Duration::from_secs(10)));
 
-        let after = decide(
-            std::slice::from_ref(&zot),
-            Some(&current),
-            &readiness,
-            start + Duration::from_secs(15),
-            &settings,
-        );
+        let after =
+            decide(std::slice::from_ref(&zot), Some(&current), &readiness, start + Duration::from_secs(15), &settings);
         assert_eq!(
             after.action,
-            Action::Apply {
-                document: LocalRegistryHostingV1::help_only(HELP.into()),
-                source: None
-            }
+            Action::Apply { document: LocalRegistryHostingV1::help_only(HELP.into()), source: None }
         );
         assert_eq!(after.recheck_after, None);
     }
@@ -491,32 +325,16 @@ mod tests {
     fn without_a_help_url_a_withdrawn_registry_means_deleting_what_we_wrote() {
         let zot = registry("zot", 0, true);
         let current = existing(true, Some(&doc(&zot)));
-        assert_eq!(
-            decide_now(&[], Some(&current), &PublishArgs::default()).action,
-            Action::Delete
-        );
-        assert_eq!(
-            decide_now(&[], None, &PublishArgs::default()).action,
-            Action::Keep
-        );
+        assert_eq!(decide_now(&[], Some(&current), &PublishArgs::default()).action, Action::Delete);
+        assert_eq!(decide_now(&[], None, &PublishArgs::default()).action, Action::Keep);
     }
 
     #[test]
     fn a_registry_never_seen_ready_is_not_published_on_credit() {
         let fresh = registry("fresh", 10, false);
         let steady = registry("steady", 0, true);
-        let decision = decide_now(
-            &[fresh.clone(), steady.clone()],
-            None,
-            &PublishArgs::default(),
-        );
-        assert_eq!(
-            decision.action,
-            Action::Apply {
-                document: doc(&steady),
-                source: Some(steady.id.clone())
-            }
-        );
+        let decision = decide_now(&[fresh.clone(), steady.clone()], None, &PublishArgs::default());
+        assert_eq!(decision.action, Action::Apply { document: doc(&steady), source: Some(steady.id.clone()) });
         assert!(reasons(&decision).contains(&("fresh", "NotPublished")));
     }
 
@@ -524,16 +342,8 @@ mod tests {
     fn losers_are_told_who_won() {
         let (high, low) = (registry("high", 5, true), registry("low", 0, true));
         let decision = decide_now(&[high.clone(), low], None, &PublishArgs::default());
-        let loser = decision
-            .notices
-            .iter()
-            .find(|n| n.reason == "NotPublished")
-            .expect("a notice for the loser");
-        assert!(
-            loser.message.contains("reg/high") && loser.message.contains("priority 5 vs 0"),
-            "{}",
-            loser.message
-        );
+        let loser = decision.notices.iter().find(|n| n.reason == "NotPublished").expect("a notice for the loser");
+        assert!(loser.message.contains("reg/high") && loser.message.contains("priority 5 vs 0"), "{}", loser.message);
     }
 
     #[test]
@@ -551,19 +361,10 @@ mod tests {
         let settings = PublishArgs::default();
         let configmap = desired_configmap(&doc(&registry("zot", 0, true)), &settings);
         assert_eq!(configmap.metadata.namespace.as_deref(), Some("kube-public"));
+        assert_eq!(configmap.metadata.name.as_deref(), Some("local-registry-hosting"));
+        assert_eq!(configmap.labels().get(MANAGED_BY_LABEL).map(String::as_str), Some(MANAGER));
         assert_eq!(
-            configmap.metadata.name.as_deref(),
-            Some("local-registry-hosting")
-        );
-        assert_eq!(
-            configmap.labels().get(MANAGED_BY_LABEL).map(String::as_str),
-            Some(MANAGER)
-        );
-        assert_eq!(
-            configmap
-                .data
-                .as_ref()
-                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
+            configmap.data.as_ref().map(|d| d.keys().cloned().collect::<Vec<_>>()),
             Some(vec![DATA_KEY.to_string()])
         );
     }

@@ -32,14 +32,8 @@ async fn deployment_behind_a_service_gets_ready_endpoints_and_its_namespace_can_
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
     }))
     .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
-    Api::<Service>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), &ns).create(&PostParams::default(), &deployment).await.unwrap();
+    Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &service).await.unwrap();
 
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
     let by_service = ListParams::default().labels("kubernetes.io/service-name=web");
@@ -63,9 +57,7 @@ async fn deployment_behind_a_service_gets_ready_endpoints_and_its_namespace_can_
 
     plane.delete_namespace(&client, &ns).await.unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    wait_until(Duration::from_secs(60), || async {
-        matches!(namespaces.get_opt(&ns).await, Ok(None)).then_some(())
-    })
-    .await
-    .expect("the namespace is gone after deletion");
+    wait_until(Duration::from_secs(60), || async { matches!(namespaces.get_opt(&ns).await, Ok(None)).then_some(()) })
+        .await
+        .expect("the namespace is gone after deletion");
 }

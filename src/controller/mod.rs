@@ -85,9 +85,7 @@ impl Publisher {
         let mut wake_at: Option<Instant> = None;
         let mut retry = RETRY_MIN;
         loop {
-            let timer = tokio::time::sleep_until(
-                wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
-            );
+            let timer = tokio::time::sleep_until(wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
             tokio::select! {
                 () = &mut shutdown => break,
                 () = self.changed.notified() => tokio::time::sleep(SETTLE).await,
@@ -112,8 +110,7 @@ impl Publisher {
     /// One pass. Returns when to look again if nothing changes before then.
     async fn reconcile(&mut self) -> Result<Option<Duration>, Error> {
         let cluster = self.watches.snapshot();
-        self.watches
-            .follow(&registry::interest(&cluster, &self.settings));
+        self.watches.follow(&registry::interest(&cluster, &self.settings));
         if !self.watches.synced() {
             // A watch is still listing; it wakes us when it is done.
             debug!("waiting for watches to sync");
@@ -122,38 +119,24 @@ impl Publisher {
         let registries = registry::registries(&cluster, &self.settings);
         let now = Instant::now().into_std();
         self.readiness.observe(&registries, now);
-        let existing = self
-            .watches
-            .configmap
-            .objects()
-            .first()
-            .map(|cm| Existing::from_configmap(cm));
-        let decision = plan::decide(
-            &registries,
-            existing.as_ref(),
-            &self.readiness,
-            now,
-            &self.settings,
-        );
-        self.events.record(&decision.notices).await;
+        let existing = self.watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
+        let decision = plan::decide(&registries, existing.as_ref(), &self.readiness, now, &self.settings);
         if decision.held_back != self.held_back {
             if let Some(why) = &decision.held_back {
                 warn!("{why}");
             }
             self.held_back = decision.held_back.clone();
         }
-        self.execute(decision.action, existing.as_ref()).await?;
+        // Write first: readers wait on the ConfigMap, and an Event should tell what happened, not what will.
+        let written = self.execute(decision.action, existing.as_ref()).await;
+        self.events.record(&decision.notices).await;
+        written?;
         Ok(decision.recheck_after)
     }
 
     async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<(), Error> {
-        let target = format!(
-            "{}/{}",
-            self.settings.configmap_namespace, self.settings.configmap_name
-        );
-        let old = existing
-            .and_then(|e| e.text.as_deref())
-            .map(LocalRegistryHostingV1::parse);
+        let target = format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name);
+        let old = existing.and_then(|e| e.text.as_deref()).map(LocalRegistryHostingV1::parse);
         let old = match old {
             Some(Ok(document)) => document.to_string(),
             Some(Err(_)) => "(unparsable)".into(),
@@ -166,39 +149,19 @@ impl Publisher {
                 let params = PatchParams::apply(MANAGER).force();
                 let written = self
                     .configmaps
-                    .patch(
-                        &self.settings.configmap_name,
-                        &params,
-                        &Patch::Apply(&configmap),
-                    )
+                    .patch(&self.settings.configmap_name, &params, &Patch::Apply(&configmap))
                     .await
-                    .map_err(|source| Error::Apply {
-                        target: target.clone(),
-                        source,
-                    })?;
-                let source =
-                    source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
+                    .map_err(|source| Error::Apply { target: target.clone(), source })?;
+                let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
-                self.await_echo(|cm| {
-                    cm.map(|c| c.resource_version()) == Some(written.resource_version())
-                })
-                .await;
+                self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
                 Ok(())
             }
             Action::Delete => {
-                let preconditions = existing.map(|e| Preconditions {
-                    uid: e.uid.clone(),
-                    resource_version: e.resource_version.clone(),
-                });
-                let params = DeleteParams {
-                    preconditions,
-                    ..DeleteParams::default()
-                };
-                match self
-                    .configmaps
-                    .delete(&self.settings.configmap_name, &params)
-                    .await
-                {
+                let preconditions = existing
+                    .map(|e| Preconditions { uid: e.uid.clone(), resource_version: e.resource_version.clone() });
+                let params = DeleteParams { preconditions, ..DeleteParams::default() };
+                match self.configmaps.delete(&self.settings.configmap_name, &params).await {
                     Ok(_) => {
                         info!(configmap = %target, %old, "deleted: no registry and no help URL to publish")
                     }
@@ -257,65 +220,35 @@ impl Watches {
         let scope: Vec<Option<&str>> = if settings.all_namespaces() {
             vec![None]
         } else {
-            settings
-                .watch_namespaces
-                .iter()
-                .map(|n| Some(n.as_str()))
-                .collect()
+            settings.watch_namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
-        let labelled = || {
-            scope
-                .iter()
-                .map(|ns| WatchKey::in_namespace(*ns).labels(&settings.registry_selector))
-        };
+        let labelled = || scope.iter().map(|ns| WatchKey::in_namespace(*ns).labels(&settings.registry_selector));
         watches.labelled_services.follow(labelled());
         watches.deployments.follow(labelled());
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
         if !settings.no_builtin_registries {
-            let builtins = [MINIKUBE, MICROK8S]
-                .into_iter()
-                .filter(|(ns, _)| settings.watches_namespace(ns));
-            watches
-                .builtin_services
-                .follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
+            let builtins = [MINIKUBE, MICROK8S].into_iter().filter(|(ns, _)| settings.watches_namespace(ns));
+            watches.builtin_services.follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
             if settings.watches_namespace(MINIKUBE.0) {
-                watches
-                    .proxies
-                    .follow([WatchKey::in_namespace(Some(MINIKUBE.0)).named(MINIKUBE_PROXY)]);
+                watches.proxies.follow([WatchKey::in_namespace(Some(MINIKUBE.0)).named(MINIKUBE_PROXY)]);
             }
         }
         watches
             .configmap
-            .follow([WatchKey::in_namespace(Some(&settings.configmap_namespace))
-                .named(&settings.configmap_name)]);
+            .follow([WatchKey::in_namespace(Some(&settings.configmap_namespace)).named(&settings.configmap_name)]);
         watches
     }
 
     fn follow(&mut self, interest: &Interest) {
-        self.namespace_services.follow(
-            interest
-                .service_namespaces
-                .iter()
-                .map(|ns| WatchKey::in_namespace(Some(ns))),
-        );
+        self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
         self.pods.follow(
-            interest
-                .pod_selectors
-                .iter()
-                .map(|(ns, selector)| WatchKey::in_namespace(Some(ns)).labels(selector)),
+            interest.pod_selectors.iter().map(|(ns, selector)| WatchKey::in_namespace(Some(ns)).labels(selector)),
         );
-        self.endpoint_slices
-            .follow(interest.endpoint_services.iter().map(|id| {
-                WatchKey::in_namespace(Some(&id.namespace))
-                    .labels(format!("kubernetes.io/service-name={}", id.name))
-            }));
-        self.nodes.follow(
-            interest
-                .nodes
-                .iter()
-                .map(|name| WatchKey::default().named(name)),
-        );
+        self.endpoint_slices.follow(interest.endpoint_services.iter().map(|id| {
+            WatchKey::in_namespace(Some(&id.namespace)).labels(format!("kubernetes.io/service-name={}", id.name))
+        }));
+        self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
     }
 
     fn synced(&self) -> bool {
@@ -334,46 +267,30 @@ impl Watches {
 
     fn snapshot(&self) -> Cluster {
         let mut workloads: Vec<Workload> = Vec::new();
-        let mut add =
-            |kind: &'static str,
-             meta: &kube::api::ObjectMeta,
-             labels: Option<&std::collections::BTreeMap<String, String>>| {
-                workloads.push(Workload {
-                    kind,
-                    namespace: meta.namespace.clone().unwrap_or_default(),
-                    name: meta.name.clone().unwrap_or_default(),
-                    pod_labels: labels.cloned().unwrap_or_default(),
-                });
-            };
+        let mut add = |kind: &'static str,
+                       meta: &kube::api::ObjectMeta,
+                       labels: Option<&std::collections::BTreeMap<String, String>>| {
+            workloads.push(Workload {
+                kind,
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name: meta.name.clone().unwrap_or_default(),
+                pod_labels: labels.cloned().unwrap_or_default(),
+            });
+        };
         for d in self.deployments.objects() {
-            add(
-                "Deployment",
-                &d.metadata,
-                d.spec
-                    .as_ref()
-                    .and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()),
-            );
+            add("Deployment", &d.metadata, d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()));
         }
         for s in self.statefulsets.objects() {
             add(
                 "StatefulSet",
                 &s.metadata,
-                s.spec
-                    .as_ref()
-                    .and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()),
+                s.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()),
             );
         }
         for d in self.daemonsets.objects() {
-            add(
-                "DaemonSet",
-                &d.metadata,
-                d.spec
-                    .as_ref()
-                    .and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()),
-            );
+            add("DaemonSet", &d.metadata, d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()));
         }
-        workloads
-            .sort_by(|a, b| (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind)));
+        workloads.sort_by(|a, b| (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind)));
         let sorted = |mut services: Vec<Arc<Service>>| {
             services.sort_by_key(|s| (s.namespace(), s.name_any()));
             services

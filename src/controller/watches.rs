@@ -26,10 +26,7 @@ pub struct WatchKey {
 
 impl WatchKey {
     pub fn in_namespace(namespace: Option<&str>) -> Self {
-        Self {
-            namespace: namespace.map(Into::into),
-            ..Self::default()
-        }
+        Self { namespace: namespace.map(Into::into), ..Self::default() }
     }
 
     pub fn labels(mut self, selector: impl Into<String>) -> Self {
@@ -94,12 +91,7 @@ where
             Some(namespace) => Api::namespaced(client, namespace),
             None => Api::all(client),
         };
-        Self {
-            client,
-            api_for,
-            changed,
-            running: BTreeMap::new(),
-        }
+        Self { client, api_for, changed, running: BTreeMap::new() }
     }
 }
 
@@ -114,12 +106,7 @@ where
         + 'static,
 {
     pub fn cluster_scoped(client: Client, changed: Arc<Notify>) -> Self {
-        Self {
-            client,
-            api_for: |client, _| Api::all(client),
-            changed,
-            running: BTreeMap::new(),
-        }
+        Self { client, api_for: |client, _| Api::all(client), changed, running: BTreeMap::new() }
     }
 }
 
@@ -141,17 +128,12 @@ where
 
     /// Every object the watches hold.
     pub fn objects(&self) -> Vec<Arc<K>> {
-        self.running
-            .values()
-            .flat_map(|r| r.store.state())
-            .collect()
+        self.running.values().flat_map(|r| r.store.state()).collect()
     }
 
     /// Whether every watch has listed its objects at least once.
     pub fn synced(&self) -> bool {
-        self.running
-            .values()
-            .all(|r| r.synced.load(Ordering::Acquire))
+        self.running.values().all(|r| r.synced.load(Ordering::Acquire))
     }
 
     fn start(&self, key: &WatchKey) -> Running<K> {
@@ -165,19 +147,8 @@ where
         let synced = Arc::new(AtomicBool::new(false));
         let name = format!("{} {key}", K::kind(&()));
         debug!(watch = %name, "starting watch");
-        let task = tokio::spawn(watch(
-            api,
-            config,
-            writer,
-            synced.clone(),
-            self.changed.clone(),
-            name,
-        ));
-        Running {
-            store,
-            synced,
-            task,
-        }
+        let task = tokio::spawn(watch(api, config, writer, synced.clone(), self.changed.clone(), name));
+        Running { store, synced, task }
     }
 }
 

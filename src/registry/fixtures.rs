@@ -15,10 +15,7 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 pub struct ServiceBuilder(Value);
@@ -89,12 +86,7 @@ impl ServiceBuilder {
 }
 
 pub fn workload(namespace: &str, name: &str, pod_labels: &[(&str, &str)]) -> Workload {
-    Workload {
-        kind: "Deployment",
-        namespace: namespace.into(),
-        name: name.into(),
-        pod_labels: labels(pod_labels),
-    }
+    Workload { kind: "Deployment", namespace: namespace.into(), name: name.into(), pod_labels: labels(pod_labels) }
 }
 
 pub fn pod(

@@ -111,11 +111,7 @@ pub struct Registry {
 impl Registry {
     /// Higher priority first, then the oldest, then by namespace/name: a total, stable order.
     pub fn rank_key(&self) -> (std::cmp::Reverse<i32>, Option<&Time>, &ServiceId) {
-        (
-            std::cmp::Reverse(self.priority),
-            self.created.as_ref(),
-            &self.id,
-        )
+        (std::cmp::Reverse(self.priority), self.created.as_ref(), &self.id)
     }
 }
 
@@ -145,19 +141,13 @@ pub fn registries(cluster: &Cluster, settings: &PublishArgs) -> Vec<Registry> {
 /// The watches the current registries need.
 pub fn interest(cluster: &Cluster, settings: &PublishArgs) -> Interest {
     let mut interest = Interest {
-        service_namespaces: cluster
-            .workloads
-            .iter()
-            .map(|w| w.namespace.clone())
-            .collect(),
+        service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
         ..Interest::default()
     };
     for (service, source) in candidates(cluster, settings) {
         let id = service_id(service);
         if let Some(selector) = selector_string(service) {
-            interest
-                .pod_selectors
-                .insert((id.namespace.clone(), selector));
+            interest.pod_selectors.insert((id.namespace.clone(), selector));
         }
         if values::needs_node_address(&source, settings) {
             interest.nodes.extend(values::endpoint_nodes(cluster, &id));
@@ -180,18 +170,8 @@ fn candidates<'a>(cluster: &'a Cluster, settings: &PublishArgs) -> Vec<(&'a Serv
         add(service, Source::Labelled);
     }
     for workload in &cluster.workloads {
-        for service in cluster
-            .workload_namespace_services
-            .iter()
-            .filter(|s| selects(s, workload))
-        {
-            add(
-                service,
-                Source::Workload {
-                    kind: workload.kind,
-                    name: workload.name.clone(),
-                },
-            );
+        for service in cluster.workload_namespace_services.iter().filter(|s| selects(s, workload)) {
+            add(service, Source::Workload { kind: workload.kind, name: workload.name.clone() });
         }
     }
     if !settings.no_builtin_registries {
@@ -211,36 +191,17 @@ fn candidates<'a>(cluster: &'a Cluster, settings: &PublishArgs) -> Vec<(&'a Serv
 fn selects(service: &Service, workload: &Workload) -> bool {
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
     service.namespace().as_deref() == Some(workload.namespace.as_str())
-        && selector.is_some_and(|sel| {
-            !sel.is_empty()
-                && sel
-                    .iter()
-                    .all(|(k, v)| workload.pod_labels.get(k) == Some(v))
-        })
+        && selector.is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| workload.pod_labels.get(k) == Some(v)))
 }
 
 pub fn service_id(service: &Service) -> ServiceId {
-    ServiceId {
-        namespace: service.namespace().unwrap_or_default(),
-        name: service.name_any(),
-    }
+    ServiceId { namespace: service.namespace().unwrap_or_default(), name: service.name_any() }
 }
 
 /// The Service's selector as a label-selector string, `None` for selector-less Services.
 fn selector_string(service: &Service) -> Option<String> {
-    let selector = service
-        .spec
-        .as_ref()?
-        .selector
-        .as_ref()
-        .filter(|s| !s.is_empty())?;
-    Some(
-        selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    )
+    let selector = service.spec.as_ref()?.selector.as_ref().filter(|s| !s.is_empty())?;
+    Some(selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
 }
 
 fn object_reference(service: &Service) -> ObjectReference {
@@ -264,42 +225,21 @@ mod tests {
         let labelled = service("reg", "zot").build();
         cluster.labelled_services.push(labelled.clone());
         cluster.workload_namespace_services.push(labelled);
-        cluster
-            .workloads
-            .push(workload("reg", "registry", &[("app", "registry")]));
-        cluster.workload_namespace_services.push(
-            service("reg", "registry")
-                .selector(&[("app", "registry")])
-                .build(),
-        );
-        cluster
-            .workload_namespace_services
-            .push(service("reg", "other").selector(&[("app", "web")]).build());
-        cluster
-            .builtin_services
-            .push(service("kube-system", "registry").build());
-        let found: Vec<(String, Source)> = candidates(&cluster, &PublishArgs::default())
-            .into_iter()
-            .map(|(s, src)| (s.name_any(), src))
-            .collect();
+        cluster.workloads.push(workload("reg", "registry", &[("app", "registry")]));
+        cluster.workload_namespace_services.push(service("reg", "registry").selector(&[("app", "registry")]).build());
+        cluster.workload_namespace_services.push(service("reg", "other").selector(&[("app", "web")]).build());
+        cluster.builtin_services.push(service("kube-system", "registry").build());
+        let found: Vec<(String, Source)> =
+            candidates(&cluster, &PublishArgs::default()).into_iter().map(|(s, src)| (s.name_any(), src)).collect();
         assert_eq!(
             found,
             [
                 ("zot".into(), Source::Labelled),
-                (
-                    "registry".into(),
-                    Source::Workload {
-                        kind: "Deployment",
-                        name: "registry".into()
-                    }
-                ),
+                ("registry".into(), Source::Workload { kind: "Deployment", name: "registry".into() }),
                 ("registry".into(), Source::Minikube),
             ]
         );
-        let settings = PublishArgs {
-            no_builtin_registries: true,
-            ..PublishArgs::default()
-        };
+        let settings = PublishArgs { no_builtin_registries: true, ..PublishArgs::default() };
         assert_eq!(candidates(&cluster, &settings).len(), 2);
     }
 
@@ -318,31 +258,18 @@ mod tests {
             }
             cluster.labelled_services.push(builder.build());
         }
-        let order: Vec<String> = registries(&cluster, &PublishArgs::default())
-            .into_iter()
-            .map(|r| r.id.name)
-            .collect();
+        let order: Vec<String> = registries(&cluster, &PublishArgs::default()).into_iter().map(|r| r.id.name).collect();
         assert_eq!(order, ["urgent", "old", "a-new", "b-new"]);
     }
 
     #[test]
     fn interest_follows_registries() {
         let mut cluster = Cluster::default();
-        cluster
-            .labelled_services
-            .push(service("reg", "zot").selector(&[("app", "zot")]).build());
-        cluster
-            .workloads
-            .push(workload("builds", "kaniko-cache", &[("app", "cache")]));
+        cluster.labelled_services.push(service("reg", "zot").selector(&[("app", "zot")]).build());
+        cluster.workloads.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
         let interest = interest(&cluster, &PublishArgs::default());
-        assert_eq!(
-            interest.service_namespaces,
-            BTreeSet::from(["builds".to_string()])
-        );
-        assert_eq!(
-            interest.pod_selectors,
-            BTreeSet::from([("reg".to_string(), "app=zot".to_string())])
-        );
+        assert_eq!(interest.service_namespaces, BTreeSet::from(["builds".to_string()]));
+        assert_eq!(interest.pod_selectors, BTreeSet::from([("reg".to_string(), "app=zot".to_string())]));
         assert_eq!(interest.endpoint_services.len(), 1);
         assert!(interest.nodes.is_empty(), "localhost needs no node");
     }

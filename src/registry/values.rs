@@ -11,35 +11,21 @@ use crate::hosting::LocalRegistryHostingV1;
 pub mod annotations {
     pub const PORT: &str = "local-registry-publisher.io/port";
     pub const HOST: &str = "local-registry-publisher.io/host";
-    pub const HOST_FROM_CONTAINER_RUNTIME: &str =
-        "local-registry-publisher.io/host-from-container-runtime";
-    pub const HOST_FROM_CLUSTER_NETWORK: &str =
-        "local-registry-publisher.io/host-from-cluster-network";
+    pub const HOST_FROM_CONTAINER_RUNTIME: &str = "local-registry-publisher.io/host-from-container-runtime";
+    pub const HOST_FROM_CLUSTER_NETWORK: &str = "local-registry-publisher.io/host-from-cluster-network";
     pub const HELP: &str = "local-registry-publisher.io/help";
     pub const PRIORITY: &str = "local-registry-publisher.io/priority";
 }
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-pub(super) fn derive(
-    service: &Service,
-    source: Source,
-    cluster: &Cluster,
-    settings: &PublishArgs,
-) -> Registry {
+pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, settings: &PublishArgs) -> Registry {
     let id = service_id(service);
     let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
         None => (0, None),
         Some(value) => match value.trim().parse::<i32>() {
             Ok(priority) => (priority, None),
-            Err(_) => (
-                0,
-                Some(invalid_annotation(
-                    annotations::PRIORITY,
-                    value,
-                    "must be a whole number",
-                )),
-            ),
+            Err(_) => (0, Some(invalid_annotation(annotations::PRIORITY, value, "must be a whole number"))),
         },
     };
     let document = match priority_problem {
@@ -65,15 +51,12 @@ fn document(
     settings: &PublishArgs,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let spec = service.spec.clone().unwrap_or_default();
-    let external_name = (spec.type_.as_deref() == Some("ExternalName"))
-        .then(|| spec.external_name.clone())
-        .flatten();
+    let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
     let port = registry_port(service, source)?;
     let service_port = port.map(|p| p.port);
     let host_port = port.and_then(|p| host_port(service, p, source, cluster));
-    let node_port = port
-        .and_then(|p| p.node_port)
-        .filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
+    let node_port =
+        port.and_then(|p| p.node_port).filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
     let with_port = |name: &str, port: Option<i32>| match port {
         Some(port) => format!("{}:{port}", name.to_ascii_lowercase()),
         None => name.to_ascii_lowercase(),
@@ -81,29 +64,20 @@ fn document(
 
     let cluster_network = match &external_name {
         Some(name) => with_port(name, service_port),
-        None => with_port(
-            &format!(
-                "{}.{}.svc.{}",
-                id.name, id.namespace, settings.cluster_domain
-            ),
-            service_port,
-        ),
+        None => with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), service_port),
     };
     let load_balancer = service
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|ingress| {
-            ingress
-                .iter()
-                .find_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
-        });
+        .and_then(|ingress| ingress.iter().find_map(|i| i.ip.clone().or_else(|| i.hostname.clone())));
     let outside_port = host_port.or(node_port);
     let host = match (load_balancer, outside_port) {
         (Some(address), _) => Some(with_port(&address, service_port)),
-        (None, Some(port)) => node_address(id, source, cluster, settings)
-            .map(|address| with_port(&address, Some(port))),
+        (None, Some(port)) => {
+            node_address(id, source, cluster, settings).map(|address| with_port(&address, Some(port)))
+        }
         (None, None) => None,
     };
     let mut runtime = outside_port.map(|port| format!("localhost:{port}"));
@@ -117,33 +91,19 @@ fn document(
 
     let derived = LocalRegistryHostingV1 {
         host: overridden(service, annotations::HOST, host)?,
-        host_from_container_runtime: overridden(
-            service,
-            annotations::HOST_FROM_CONTAINER_RUNTIME,
-            runtime,
-        )?,
-        host_from_cluster_network: overridden(
-            service,
-            annotations::HOST_FROM_CLUSTER_NETWORK,
-            Some(cluster_network),
-        )?,
+        host_from_container_runtime: overridden(service, annotations::HOST_FROM_CONTAINER_RUNTIME, runtime)?,
+        host_from_cluster_network: overridden(service, annotations::HOST_FROM_CLUSTER_NETWORK, Some(cluster_network))?,
         help: overridden(service, annotations::HELP, settings.help_url.clone())?,
     };
     derived.validate().map_err(|invalid| Problem {
         reason: "InvalidValue",
-        message: format!(
-            "the derived document is not publishable: {invalid}; set an annotation to override it"
-        ),
+        message: format!("the derived document is not publishable: {invalid}; set an annotation to override it"),
     })?;
     Ok(derived)
 }
 
 /// The annotation's value when set (an empty value leaves the field out), else the derived one.
-fn overridden(
-    service: &Service,
-    key: &'static str,
-    derived: Option<String>,
-) -> Result<Option<String>, Problem> {
+fn overridden(service: &Service, key: &'static str, derived: Option<String>) -> Result<Option<String>, Problem> {
     let Some(value) = service.annotations().get(key) else {
         return Ok(derived);
     };
@@ -152,44 +112,28 @@ fn overridden(
         return Ok(None);
     }
     let field = match key {
-        annotations::HOST => LocalRegistryHostingV1 {
-            host: Some(value.into()),
-            ..Default::default()
-        },
+        annotations::HOST => LocalRegistryHostingV1 { host: Some(value.into()), ..Default::default() },
         annotations::HOST_FROM_CONTAINER_RUNTIME => LocalRegistryHostingV1 {
             host: Some("localhost".into()),
             host_from_container_runtime: Some(value.into()),
             ..Default::default()
         },
-        annotations::HOST_FROM_CLUSTER_NETWORK => LocalRegistryHostingV1 {
-            host_from_cluster_network: Some(value.into()),
-            ..Default::default()
-        },
+        annotations::HOST_FROM_CLUSTER_NETWORK => {
+            LocalRegistryHostingV1 { host_from_cluster_network: Some(value.into()), ..Default::default() }
+        }
         _ => LocalRegistryHostingV1::help_only(value.into()),
     };
-    field
-        .validate()
-        .map_err(|invalid| invalid_annotation(key, value, &invalid.reason))?;
+    field.validate().map_err(|invalid| invalid_annotation(key, value, &invalid.reason))?;
     Ok(Some(value.to_string()))
 }
 
 fn invalid_annotation(key: &str, value: &str, reason: &str) -> Problem {
-    Problem {
-        reason: "InvalidAnnotation",
-        message: format!("annotation {key}={value:?} {reason}"),
-    }
+    Problem { reason: "InvalidAnnotation", message: format!("annotation {key}={value:?} {reason}") }
 }
 
 /// The port named `registry`, else the one the port annotation names, else the only one.
-fn registry_port<'a>(
-    service: &'a Service,
-    source: &Source,
-) -> Result<Option<&'a ServicePort>, Problem> {
-    let ports: &[ServicePort] = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.as_deref())
-        .unwrap_or_default();
+fn registry_port<'a>(service: &'a Service, source: &Source) -> Result<Option<&'a ServicePort>, Problem> {
+    let ports: &[ServicePort] = service.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
     if let Some(port) = ports.iter().find(|p| p.name.as_deref() == Some("registry")) {
         return Ok(Some(port));
     }
@@ -216,10 +160,7 @@ fn registry_port<'a>(
     match ports {
         [only] => Ok(Some(only)),
         [] if is_external_name(service) => Ok(None),
-        [] => Err(Problem {
-            reason: "NoPort",
-            message: "the Service has no ports".into(),
-        }),
+        [] => Err(Problem { reason: "NoPort", message: "the Service has no ports".into() }),
         _ => Err(Problem {
             reason: "AmbiguousPort",
             message: format!(
@@ -240,11 +181,7 @@ fn describe(ports: &[ServicePort]) -> String {
             _ => p.port.to_string(),
         })
         .collect();
-    if list.is_empty() {
-        "none".into()
-    } else {
-        list.join(", ")
-    }
+    if list.is_empty() { "none".into() } else { list.join(", ") }
 }
 
 fn is_external_name(service: &Service) -> bool {
@@ -253,12 +190,7 @@ fn is_external_name(service: &Service) -> bool {
 
 /// A hostPort that reaches the registry: on the proxy DaemonSet (minikube), else on a registry pod's container
 /// port that the Service port targets.
-fn host_port(
-    service: &Service,
-    port: &ServicePort,
-    source: &Source,
-    cluster: &Cluster,
-) -> Option<i32> {
+fn host_port(service: &Service, port: &ServicePort, source: &Source, cluster: &Cluster) -> Option<i32> {
     if *source == Source::Minikube {
         let proxy_ports = cluster
             .proxies
@@ -270,10 +202,7 @@ fn host_port(
             return Some(host_port);
         }
     }
-    let target = port
-        .target_port
-        .clone()
-        .unwrap_or(IntOrString::Int(port.port));
+    let target = port.target_port.clone().unwrap_or(IntOrString::Int(port.port));
     registry_pods(service, cluster)
         .flat_map(|pod| pod.spec.iter().flat_map(|s| &s.containers))
         .flat_map(|c| c.ports.iter().flatten())
@@ -286,16 +215,11 @@ fn host_port(
 }
 
 fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterator<Item = &'a Pod> {
-    let selector = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .filter(|s| !s.is_empty());
+    let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty());
     let namespace = service.namespace();
     cluster.pods.iter().map(AsRef::as_ref).filter(move |pod| {
         let labels = pod.labels();
-        pod.namespace() == namespace
-            && selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        pod.namespace() == namespace && selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
     })
 }
 
@@ -304,20 +228,12 @@ pub(super) fn needs_node_address(source: &Source, settings: &PublishArgs) -> boo
 }
 
 /// How tools outside the cluster reach this registry's node. minikube is always reached at its node's IP.
-fn node_address(
-    id: &ServiceId,
-    source: &Source,
-    cluster: &Cluster,
-    settings: &PublishArgs,
-) -> Option<String> {
+fn node_address(id: &ServiceId, source: &Source, cluster: &Cluster, settings: &PublishArgs) -> Option<String> {
     if needs_node_address(source, settings) {
         let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
         let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
         let addresses = node.status.as_ref()?.addresses.as_ref()?;
-        return addresses
-            .iter()
-            .find(|a| a.type_ == "InternalIP")
-            .map(|a| a.address.clone());
+        return addresses.iter().find(|a| a.type_ == "InternalIP").map(|a| a.address.clone());
     }
     match &settings.node_address {
         NodeAddress::Literal(address) => Some(address.clone()),
@@ -326,13 +242,8 @@ fn node_address(
 }
 
 /// Names of the nodes behind the Service's ready endpoints, sorted.
-pub(super) fn endpoint_nodes(
-    cluster: &Cluster,
-    id: &ServiceId,
-) -> std::collections::BTreeSet<String> {
-    ready_endpoints(cluster, id)
-        .filter_map(|e| e.node_name.clone())
-        .collect()
+pub(super) fn endpoint_nodes(cluster: &Cluster, id: &ServiceId) -> std::collections::BTreeSet<String> {
+    ready_endpoints(cluster, id).filter_map(|e| e.node_name.clone()).collect()
 }
 
 fn ready_endpoints<'a>(
@@ -349,14 +260,10 @@ fn slices_of<'a>(
     cluster: &'a Cluster,
     id: &'a ServiceId,
 ) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice> {
-    cluster
-        .endpoint_slices
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(move |slice| {
-            slice.namespace().as_deref() == Some(id.namespace.as_str())
-                && slice.labels().get(SERVICE_NAME_LABEL) == Some(&id.name)
-        })
+    cluster.endpoint_slices.iter().map(AsRef::as_ref).filter(move |slice| {
+        slice.namespace().as_deref() == Some(id.namespace.as_str())
+            && slice.labels().get(SERVICE_NAME_LABEL) == Some(&id.name)
+    })
 }
 
 /// ExternalName Services, and selector-less ones nobody wrote EndpointSlices for, have nothing to be ready.
@@ -364,11 +271,7 @@ fn ready(service: &Service, id: &ServiceId, cluster: &Cluster) -> bool {
     if is_external_name(service) {
         return true;
     }
-    let has_selector = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .is_some_and(|s| !s.is_empty());
+    let has_selector = service.spec.as_ref().and_then(|s| s.selector.as_ref()).is_some_and(|s| !s.is_empty());
     if !has_selector && slices_of(cluster, id).next().is_none() {
         return true;
     }
@@ -380,24 +283,14 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
 
-    fn publish(
-        cluster: &Cluster,
-        settings: &PublishArgs,
-    ) -> Result<LocalRegistryHostingV1, Problem> {
+    fn publish(cluster: &Cluster, settings: &PublishArgs) -> Result<LocalRegistryHostingV1, Problem> {
         let registries = super::super::registries(cluster, settings);
         assert_eq!(registries.len(), 1, "one registry expected");
-        registries
-            .into_iter()
-            .next()
-            .map(|r| r.document)
-            .expect("a registry")
+        registries.into_iter().next().map(|r| r.document).expect("a registry")
     }
 
     fn labelled(service: ServiceBuilder) -> Cluster {
-        Cluster {
-            labelled_services: vec![service.build()],
-            ..Cluster::default()
-        }
+        Cluster { labelled_services: vec![service.build()], ..Cluster::default() }
     }
 
     fn expect(
@@ -417,26 +310,12 @@ mod tests {
     #[test]
     fn every_service_type_publishes_what_its_readers_need() {
         let settings = PublishArgs::default();
-        let internal = PublishArgs {
-            node_address: NodeAddress::InternalIp,
-            ..PublishArgs::default()
-        };
-        let literal = PublishArgs {
-            node_address: NodeAddress::Literal("192.168.1.5".into()),
-            ..PublishArgs::default()
-        };
+        let internal = PublishArgs { node_address: NodeAddress::InternalIp, ..PublishArgs::default() };
+        let literal =
+            PublishArgs { node_address: NodeAddress::Literal("192.168.1.5".into()), ..PublishArgs::default() };
         let with_pod_host_port = |mut cluster: Cluster| {
-            cluster.pods.push(pod(
-                "reg",
-                "zot-1",
-                &[("app", "zot")],
-                5000,
-                Some("http"),
-                Some(5001),
-            ));
-            cluster
-                .endpoint_slices
-                .push(slice("reg", "zot", &[(true, "node-a")]));
+            cluster.pods.push(pod("reg", "zot-1", &[("app", "zot")], 5000, Some("http"), Some(5001)));
+            cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "node-a")]));
             cluster.nodes.push(node("node-a", "10.0.0.7"));
             cluster
         };
@@ -449,26 +328,13 @@ mod tests {
             ),
             (
                 "NodePort",
-                labelled(
-                    service("reg", "zot")
-                        .type_("NodePort")
-                        .port(None, 5000, Some(30500)),
-                ),
+                labelled(service("reg", "zot").type_("NodePort").port(None, 5000, Some(30500))),
                 &settings,
-                expect(
-                    Some("localhost:30500"),
-                    None,
-                    Some("zot.reg.svc.cluster.local:5000"),
-                    None,
-                ),
+                expect(Some("localhost:30500"), None, Some("zot.reg.svc.cluster.local:5000"), None),
             ),
             (
                 "NodePort, literal node address",
-                labelled(
-                    service("reg", "zot")
-                        .type_("NodePort")
-                        .port(None, 5000, Some(30500)),
-                ),
+                labelled(service("reg", "zot").type_("NodePort").port(None, 5000, Some(30500))),
                 &literal,
                 expect(
                     Some("192.168.1.5:30500"),
@@ -480,18 +346,10 @@ mod tests {
             (
                 "LoadBalancer with an IP",
                 labelled(
-                    service("reg", "zot")
-                        .type_("LoadBalancer")
-                        .port(None, 5000, Some(31000))
-                        .ingress_ip("172.18.0.50"),
+                    service("reg", "zot").type_("LoadBalancer").port(None, 5000, Some(31000)).ingress_ip("172.18.0.50"),
                 ),
                 &settings,
-                expect(
-                    Some("172.18.0.50:5000"),
-                    Some("127.0.0.1:31000"),
-                    Some("zot.reg.svc.cluster.local:5000"),
-                    None,
-                ),
+                expect(Some("172.18.0.50:5000"), Some("127.0.0.1:31000"), Some("zot.reg.svc.cluster.local:5000"), None),
             ),
             (
                 "LoadBalancer with a hostname",
@@ -502,12 +360,7 @@ mod tests {
                         .ingress_hostname("Reg.Example.com"),
                 ),
                 &settings,
-                expect(
-                    Some("reg.example.com:443"),
-                    None,
-                    Some("zot.reg.svc.cluster.local:443"),
-                    None,
-                ),
+                expect(Some("reg.example.com:443"), None, Some("zot.reg.svc.cluster.local:443"), None),
             ),
             (
                 "ExternalName",
@@ -523,32 +376,18 @@ mod tests {
             (
                 "hostPort on the registry pods",
                 with_pod_host_port(labelled(
-                    service("reg", "zot")
-                        .selector(&[("app", "zot")])
-                        .port_target(None, 80, "http"),
+                    service("reg", "zot").selector(&[("app", "zot")]).port_target(None, 80, "http"),
                 )),
                 &settings,
-                expect(
-                    Some("localhost:5001"),
-                    None,
-                    Some("zot.reg.svc.cluster.local:80"),
-                    None,
-                ),
+                expect(Some("localhost:5001"), None, Some("zot.reg.svc.cluster.local:80"), None),
             ),
             (
                 "hostPort, node InternalIP",
                 with_pod_host_port(labelled(
-                    service("reg", "zot")
-                        .selector(&[("app", "zot")])
-                        .port_target(None, 80, "http"),
+                    service("reg", "zot").selector(&[("app", "zot")]).port_target(None, 80, "http"),
                 )),
                 &internal,
-                expect(
-                    Some("10.0.0.7:5001"),
-                    Some("127.0.0.1:5001"),
-                    Some("zot.reg.svc.cluster.local:80"),
-                    None,
-                ),
+                expect(Some("10.0.0.7:5001"), Some("127.0.0.1:5001"), Some("zot.reg.svc.cluster.local:80"), None),
             ),
         ];
         for (name, cluster, settings, expected) in cases {
@@ -558,19 +397,13 @@ mod tests {
 
     #[test]
     fn annotations_override_each_value_and_an_empty_one_removes_it() {
-        let settings = PublishArgs {
-            help_url: Some("https://docs.example/registry".into()),
-            ..PublishArgs::default()
-        };
+        let settings = PublishArgs { help_url: Some("https://docs.example/registry".into()), ..PublishArgs::default() };
         let cluster = labelled(
             service("reg", "zot")
                 .type_("NodePort")
                 .port(None, 5000, Some(30500))
                 .annotation(annotations::HOST, "registry.dev.example:443")
-                .annotation(
-                    annotations::HOST_FROM_CONTAINER_RUNTIME,
-                    "registry.internal:5000",
-                )
+                .annotation(annotations::HOST_FROM_CONTAINER_RUNTIME, "registry.internal:5000")
                 .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "")
                 .annotation(annotations::HELP, "https://wiki.example/registry"),
         );
@@ -589,63 +422,30 @@ mod tests {
     fn a_bad_annotation_is_a_problem_that_names_it() {
         let cases = [
             (annotations::HOST, "http://localhost:5000", "scheme"),
-            (
-                annotations::HOST_FROM_CLUSTER_NETWORK,
-                "Registry:5000",
-                "lowercase",
-            ),
+            (annotations::HOST_FROM_CLUSTER_NETWORK, "Registry:5000", "lowercase"),
             (annotations::HELP, "see the wiki", "http"),
             (annotations::PRIORITY, "high", "whole number"),
             (annotations::PORT, "grpc", "names no port"),
         ];
         for (key, value, needle) in cases {
-            let cluster = labelled(
-                service("reg", "zot")
-                    .port(Some("http"), 5000, None)
-                    .annotation(key, value),
-            );
+            let cluster = labelled(service("reg", "zot").port(Some("http"), 5000, None).annotation(key, value));
             let problem = publish(&cluster, &PublishArgs::default()).expect_err(key);
             assert_eq!(problem.reason, "InvalidAnnotation", "{key}");
-            assert!(
-                problem.message.contains(key) && problem.message.contains(needle),
-                "{}",
-                problem.message
-            );
+            assert!(problem.message.contains(key) && problem.message.contains(needle), "{}", problem.message);
         }
     }
 
     #[test]
     fn port_is_the_one_named_registry_else_annotated_else_the_only_one() {
-        let two = || {
-            service("reg", "zot")
-                .port(Some("http"), 80, None)
-                .port(Some("debug"), 5001, None)
-        };
+        let two = || service("reg", "zot").port(Some("http"), 80, None).port(Some("debug"), 5001, None);
         let problem = publish(&labelled(two()), &PublishArgs::default()).unwrap_err();
         assert_eq!(problem.reason, "AmbiguousPort");
-        assert!(
-            problem.message.contains("http=80, debug=5001"),
-            "{}",
-            problem.message
-        );
-        let annotated = publish(
-            &labelled(two().annotation(annotations::PORT, "debug")),
-            &PublishArgs::default(),
-        )
-        .unwrap();
-        assert_eq!(
-            annotated.host_from_cluster_network.as_deref(),
-            Some("zot.reg.svc.cluster.local:5001")
-        );
-        let named = publish(
-            &labelled(two().port(Some("registry"), 5000, None)),
-            &PublishArgs::default(),
-        )
-        .unwrap();
-        assert_eq!(
-            named.host_from_cluster_network.as_deref(),
-            Some("zot.reg.svc.cluster.local:5000")
-        );
+        assert!(problem.message.contains("http=80, debug=5001"), "{}", problem.message);
+        let annotated =
+            publish(&labelled(two().annotation(annotations::PORT, "debug")), &PublishArgs::default()).unwrap();
+        assert_eq!(annotated.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5001"));
+        let named = publish(&labelled(two().port(Some("registry"), 5000, None)), &PublishArgs::default()).unwrap();
+        assert_eq!(named.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5000"));
         let none = publish(&labelled(service("reg", "zot")), &PublishArgs::default()).unwrap_err();
         assert_eq!(none.reason, "NoPort");
     }
@@ -661,9 +461,7 @@ mod tests {
                 .build(),
         );
         cluster.proxies.push(proxy_daemonset(5000));
-        cluster
-            .endpoint_slices
-            .push(slice("kube-system", "registry", &[(true, "minikube")]));
+        cluster.endpoint_slices.push(slice("kube-system", "registry", &[(true, "minikube")]));
         cluster.nodes.push(node("minikube", "192.168.49.2"));
         assert_eq!(
             publish(&cluster, &PublishArgs::default()),
@@ -687,47 +485,24 @@ mod tests {
         );
         assert_eq!(
             publish(&cluster, &PublishArgs::default()),
-            Ok(expect(
-                Some("localhost:32000"),
-                None,
-                Some("registry.container-registry.svc.cluster.local:5000"),
-                None
-            ))
+            Ok(expect(Some("localhost:32000"), None, Some("registry.container-registry.svc.cluster.local:5000"), None))
         );
     }
 
     #[test]
     fn readiness_comes_from_endpoint_slices() {
         let settings = PublishArgs::default();
-        let selected = || {
-            service("reg", "zot")
-                .selector(&[("app", "zot")])
-                .port(None, 5000, None)
-        };
+        let selected = || service("reg", "zot").selector(&[("app", "zot")]).port(None, 5000, None);
         let mut cluster = labelled(selected());
-        assert!(
-            !super::super::registries(&cluster, &settings)[0].ready,
-            "no slice yet"
-        );
-        cluster
-            .endpoint_slices
-            .push(slice("reg", "zot", &[(false, "n")]));
-        assert!(
-            !super::super::registries(&cluster, &settings)[0].ready,
-            "only unready endpoints"
-        );
-        cluster
-            .endpoint_slices
-            .push(slice("reg", "zot", &[(true, "n")]));
+        assert!(!super::super::registries(&cluster, &settings)[0].ready, "no slice yet");
+        cluster.endpoint_slices.push(slice("reg", "zot", &[(false, "n")]));
+        assert!(!super::super::registries(&cluster, &settings)[0].ready, "only unready endpoints");
+        cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "n")]));
         assert!(super::super::registries(&cluster, &settings)[0].ready);
         let selectorless = labelled(service("reg", "manual").port(None, 5000, None));
         assert!(super::super::registries(&selectorless, &settings)[0].ready);
-        let external = labelled(
-            service("reg", "ext")
-                .type_("ExternalName")
-                .external_name("r.example")
-                .port(None, 5000, None),
-        );
+        let external =
+            labelled(service("reg", "ext").type_("ExternalName").external_name("r.example").port(None, 5000, None));
         assert!(super::super::registries(&external, &settings)[0].ready);
     }
 }

@@ -5,6 +5,7 @@
 //! Tests in one binary share one control plane ([`ControlPlane::shared`]) and isolate themselves in a fresh
 //! namespace each ([`ControlPlane::namespace`]). Nothing outlives the process: see [`process`].
 
+pub mod demo;
 mod pki;
 mod process;
 mod tools;
@@ -37,18 +38,11 @@ pub enum Error {
     #[error("certificates: {0}")]
     Certificates(#[from] rcgen::Error),
     #[error("cannot start {program}: {source}")]
-    Spawn {
-        program: PathBuf,
-        source: std::io::Error,
-    },
+    Spawn { program: PathBuf, source: std::io::Error },
     #[error("building the Go tools failed (hack/tools.sh exited with {0})")]
     Tools(std::process::ExitStatus),
     #[error("{component} exited with {status} while starting; last log lines:\n{log}")]
-    Exited {
-        component: String,
-        status: std::process::ExitStatus,
-        log: String,
-    },
+    Exited { component: String, status: std::process::ExitStatus, log: String },
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout { what: String, timeout: Duration },
     #[error("kubeconfig: {0}")]
@@ -91,10 +85,7 @@ impl ControlPlane {
     pub fn start() -> Result<Self, Error> {
         // kube's client needs a runtime, and the caller may already be inside one.
         std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(Self::start_async())
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(Self::start_async())
         })
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -103,27 +94,14 @@ impl ControlPlane {
     async fn start_async() -> Result<Self, Error> {
         let started = Instant::now();
         let tools = tools::bin_dir()?;
-        let dir = tempfile::Builder::new()
-            .prefix("testbed-")
-            .tempdir()?
-            .keep();
+        let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
         let pki = pki::write(&dir.join("pki"))?;
-        let [
-            etcd_port,
-            etcd_peer_port,
-            api_port,
-            kcm_port,
-            scheduler_port,
-            kwok_port,
-        ] = free_ports()?;
+        let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
         let server = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki))?;
-        std::fs::write(
-            dir.join("kwok.yaml"),
-            std::fs::read(tools.join("kwok-stages.yaml"))?,
-        )?;
+        std::fs::write(dir.join("kwok.yaml"), std::fs::read(tools.join("kwok-stages.yaml"))?)?;
 
         let mut plane = Self {
             recipes: recipes(
@@ -131,14 +109,7 @@ impl ControlPlane {
                 &dir,
                 &pki,
                 &kubeconfig,
-                [
-                    etcd_port,
-                    etcd_peer_port,
-                    api_port,
-                    kcm_port,
-                    scheduler_port,
-                    kwok_port,
-                ],
+                [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port],
             ),
             dir,
             kubeconfig,
@@ -148,12 +119,7 @@ impl ControlPlane {
             _watchdog: watchdog,
         };
         plane.launch("etcd")?;
-        plane
-            .wait_for(
-                "etcd to be healthy",
-                || async move { etcd_healthy(etcd_port) },
-            )
-            .await?;
+        plane.wait_for("etcd to be healthy", || async move { etcd_healthy(etcd_port) }).await?;
         plane.launch("kube-apiserver")?;
         let client = plane.wait_for_client().await?;
         for name in ["kube-controller-manager", "kube-scheduler", "kwok"] {
@@ -169,13 +135,7 @@ impl ControlPlane {
         plane
             .wait_for("the simulated node to be Ready", || {
                 let api: Api<Node> = Api::all(client.clone());
-                async move {
-                    api.get_opt(NODE_NAME)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_some_and(|node| node_ready(&node))
-                }
+                async move { api.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|node| node_ready(&node)) }
             })
             .await?;
         eprintln!(
@@ -207,8 +167,7 @@ impl ControlPlane {
     /// An admin client. Make one per test: a client belongs to the runtime it was made on.
     pub async fn client(&self) -> Result<Client, Error> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         Ok(Client::try_from(config)?)
     }
 
@@ -230,29 +189,22 @@ impl ControlPlane {
     }
 
     pub async fn delete_namespace(&self, client: &Client, name: &str) -> Result<(), Error> {
-        Api::<Namespace>::all(client.clone())
-            .delete(name, &DeleteParams::default())
-            .await?;
+        Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await?;
         Ok(())
     }
 
     /// Stops one component (SIGTERM, then SIGKILL), to simulate an outage.
     pub fn stop_component(&self, name: &str) -> Result<(), Error> {
         let mut running = self.lock_running();
-        let index = running
-            .iter()
-            .position(|c| c.name == name)
-            .ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
+        let index =
+            running.iter().position(|c| c.name == name).ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
         running.remove(index).stop(Duration::from_secs(10));
         Ok(())
     }
 
     /// Starts a stopped component again with the same flags and ports.
     pub fn start_component(&self, name: &str) -> Result<(), Error> {
-        let recipe = self
-            .recipes
-            .get(name)
-            .ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
+        let recipe = self.recipes.get(name).ok_or_else(|| Error::UnknownComponent(name.to_string()))?;
         let component = Component::spawn(name, &recipe.program, &recipe.args, &self.dir)?;
         self.lock_running().push(component);
         Ok(())
@@ -260,10 +212,7 @@ impl ControlPlane {
 
     /// Process ids of the running components, by name.
     pub fn pids(&self) -> BTreeMap<String, u32> {
-        self.lock_running()
-            .iter()
-            .map(|c| (c.name.clone(), c.pid()))
-            .collect()
+        self.lock_running().iter().map(|c| (c.name.clone(), c.pid())).collect()
     }
 
     /// Stops everything in reverse start order and removes the directory.
@@ -276,9 +225,7 @@ impl ControlPlane {
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, Vec<Component>> {
-        self.running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Polls `ready` until it holds, failing early with the log of any component that exited.
@@ -294,10 +241,7 @@ impl ControlPlane {
             }
             self.fail_if_exited()?;
             if Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: what.to_string(),
-                    timeout: START_TIMEOUT,
-                });
+                return Err(Error::Timeout { what: what.to_string(), timeout: START_TIMEOUT });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -306,11 +250,7 @@ impl ControlPlane {
     fn fail_if_exited(&self) -> Result<(), Error> {
         for component in self.lock_running().iter_mut() {
             if let Some(status) = component.exited() {
-                return Err(Error::Exited {
-                    component: component.name.clone(),
-                    status,
-                    log: component.log_tail(),
-                });
+                return Err(Error::Exited { component: component.name.clone(), status, log: component.log_tail() });
             }
         }
         Ok(())
@@ -323,10 +263,7 @@ impl ControlPlane {
             async move {
                 let request = http::Request::get("/readyz").body(Vec::new());
                 match request {
-                    Ok(request) => client
-                        .request_text(request)
-                        .await
-                        .is_ok_and(|body| body.trim() == "ok"),
+                    Ok(request) => client.request_text(request).await.is_ok_and(|body| body.trim() == "ok"),
                     Err(_) => false,
                 }
             }
@@ -346,26 +283,12 @@ impl Drop for ControlPlane {
     }
 }
 
-fn recipes(
-    tools: &Path,
-    dir: &Path,
-    pki: &pki::Pki,
-    kubeconfig: &Path,
-    ports: [u16; 6],
-) -> BTreeMap<String, Recipe> {
-    let [
-        etcd_port,
-        etcd_peer_port,
-        api_port,
-        kcm_port,
-        scheduler_port,
-        kwok_port,
-    ] = ports;
+fn recipes(tools: &Path, dir: &Path, pki: &pki::Pki, kubeconfig: &Path, ports: [u16; 6]) -> BTreeMap<String, Recipe> {
+    let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = ports;
     let path = |p: &Path| p.display().to_string();
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
     let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
-    let always_allow =
-        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
+    let always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
     let table: [(&str, Vec<String>); 5] = [
         (
             "etcd",
@@ -393,14 +316,8 @@ fn recipes(
                 format!("--tls-private-key-file={}", path(&pki.serving_key)),
                 format!("--client-ca-file={}", path(&pki.ca_cert)),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!(
-                    "--service-account-key-file={}",
-                    path(&pki.service_account_public_key)
-                ),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    path(&pki.service_account_key)
-                ),
+                format!("--service-account-key-file={}", path(&pki.service_account_public_key)),
+                format!("--service-account-signing-key-file={}", path(&pki.service_account_key)),
                 format!("--service-cluster-ip-range={SERVICE_CIDR}"),
                 "--authorization-mode=Node,RBAC".into(),
                 "--allow-privileged=true".into(),
@@ -417,10 +334,7 @@ fn recipes(
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={kcm_port}"),
                 format!("--root-ca-file={}", path(&pki.ca_cert)),
-                format!(
-                    "--service-account-private-key-file={}",
-                    path(&pki.service_account_key)
-                ),
+                format!("--service-account-private-key-file={}", path(&pki.service_account_key)),
                 format!("--service-cluster-ip-range={SERVICE_CIDR}"),
                 always_allow.clone(),
             ],
@@ -451,18 +365,7 @@ fn recipes(
             ],
         ),
     ];
-    table
-        .into_iter()
-        .map(|(name, args)| {
-            (
-                name.to_string(),
-                Recipe {
-                    program: tools.join(name),
-                    args,
-                },
-            )
-        })
-        .collect()
+    table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: tools.join(name), args })).collect()
 }
 
 fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
@@ -508,9 +411,7 @@ async fn create_node(client: &Client) -> Result<(), Error> {
         }
     }))
     .map_err(|e| std::io::Error::other(e.to_string()))?;
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await?;
+    Api::<Node>::all(client.clone()).create(&PostParams::default(), &node).await?;
     Ok(())
 }
 
@@ -525,10 +426,7 @@ fn etcd_healthy(port: u16) -> bool {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
+    if stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
         return false;
     }
     let mut response = String::new();
@@ -536,7 +434,7 @@ fn etcd_healthy(port: u16) -> bool {
     response.contains(r#""health":"true""#)
 }
 
-/// Polls `probe` every 200 ms until it returns a value or `timeout` passes.
+/// Polls `probe` every 50 ms until it returns a value or `timeout` passes.
 pub async fn wait_until<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
 where
     F: FnMut() -> Fut,
@@ -550,15 +448,13 @@ where
         if tokio::time::Instant::now() >= deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 fn free_ports<const N: usize>() -> Result<[u16; N], Error> {
     // Hold every listener until all ports are chosen so no two are the same.
-    let listeners = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
+    let listeners = (0..N).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
     let mut ports = [0; N];
     for (port, listener) in ports.iter_mut().zip(&listeners) {
         *port = listener.local_addr()?.port();

@@ -1,24 +1,24 @@
 //! `testbed up`: start the local control plane and keep it running until Ctrl-C.
+//! `testbed demo <controller>`: show the controller publishing a sample registry and following a change.
 
 use std::process::ExitCode;
 
 use testbed::ControlPlane;
 
-const USAGE: &str = "usage: testbed up
+const USAGE: &str = "usage: testbed up | testbed demo <path to local-registry-publisher>
 
 Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 with one simulated node) on free loopback ports, prints its KUBECONFIG, and runs until Ctrl-C or SIGTERM, then
-stops every process and removes its directory. The first run builds the Go tools (see hack/tools.sh).";
+stops every process and removes its directory. The first run builds the Go tools (see hack/tools.sh).
+
+`demo` starts the same control plane, deploys a sample registry, runs the controller, prints what it
+publishes, changes the registry's nodePort, shows the ConfigMap follow, and stops everything.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["up"] => up(),
+        ["demo", controller] => demo(std::path::Path::new(controller)),
         ["-h" | "--help" | "help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -41,15 +41,9 @@ fn up() -> ExitCode {
     let kubectl = plane.tools().join("kubectl");
     println!("The control plane is running.\n");
     println!("  export KUBECONFIG={}", plane.kubeconfig().display());
-    println!(
-        "  export PATH={}:$PATH   # kubectl, helm",
-        plane.tools().display()
-    );
+    println!("  export PATH={}:$PATH   # kubectl, helm", plane.tools().display());
     println!("  {} get nodes\n", kubectl.display());
-    println!(
-        "Stop it with Ctrl-C (or SIGTERM to pid {}).",
-        std::process::id()
-    );
+    println!("Stop it with Ctrl-C (or SIGTERM to pid {}).", std::process::id());
     let stopped = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -65,12 +59,39 @@ fn up() -> ExitCode {
     }
 }
 
+fn demo(controller: &std::path::Path) -> ExitCode {
+    println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");
+    let plane = match ControlPlane::start() {
+        Ok(plane) => plane,
+        Err(error) => {
+            eprintln!("testbed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(testbed::Error::from)
+        .and_then(|runtime| runtime.block_on(testbed::demo::run(&plane, controller)));
+    println!("\n==> Stopping the control plane");
+    plane.stop();
+    match outcome {
+        Ok(()) => {
+            println!("Done.");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("testbed demo: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn wait_for_stop_signal() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => return,
-        };
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(_) => return,
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}

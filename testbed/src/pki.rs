@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
 };
 
 use crate::Error;
@@ -31,45 +31,29 @@ pub fn write(dir: &Path) -> Result<Pki, Error> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "testbed-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    ca_params.distinguished_name.push(DnType::CommonName, "testbed-ca");
+    ca_params.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let ca = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate()?;
     let mut serving = CertificateParams::new(
-        [
-            "localhost",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-        ]
-        .map(String::from)
-        .to_vec(),
+        ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"].map(String::from).to_vec(),
     )?;
     // rustls verifies an IP address only against IP SANs, so the loopback address must be one.
     serving.subject_alt_names.extend([
         SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         SanType::IpAddress(IpAddr::V4(KUBERNETES_SERVICE_IP)),
     ]);
-    serving
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+    serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &ca)?;
 
     let admin_key = KeyPair::generate()?;
     let mut admin = CertificateParams::new(Vec::<String>::new())?;
     admin.distinguished_name.push(DnType::CommonName, "admin");
-    admin
-        .distinguished_name
-        .push(DnType::OrganizationName, "system:masters");
+    admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
     admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let admin_cert = admin.signed_by(&admin_key, &ca)?;
 
@@ -89,13 +73,7 @@ pub fn write(dir: &Path) -> Result<Pki, Error> {
     std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
     std::fs::write(&pki.admin_cert, admin_cert.pem())?;
     std::fs::write(&pki.admin_key, admin_key.serialize_pem())?;
-    std::fs::write(
-        &pki.service_account_key,
-        service_account_key.serialize_pem(),
-    )?;
-    std::fs::write(
-        &pki.service_account_public_key,
-        service_account_key.public_key_pem(),
-    )?;
+    std::fs::write(&pki.service_account_key, service_account_key.serialize_pem())?;
+    std::fs::write(&pki.service_account_public_key, service_account_key.public_key_pem())?;
     Ok(pki)
 }

@@ -66,20 +66,10 @@ impl Component {
             .stderr(out)
             .process_group(0)
             .spawn()
-            .map_err(|source| Error::Spawn {
-                program: program.to_path_buf(),
-                source,
-            })?;
-        let mut pgids = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("pgids"))?;
+            .map_err(|source| Error::Spawn { program: program.to_path_buf(), source })?;
+        let mut pgids = OpenOptions::new().create(true).append(true).open(dir.join("pgids"))?;
         writeln!(pgids, "{}", child.id())?;
-        Ok(Self {
-            name: name.to_string(),
-            log,
-            child,
-        })
+        Ok(Self { name: name.to_string(), log, child })
     }
 
     /// The last lines of this component's log, for error messages.

@@ -11,14 +11,9 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
         return Ok(PathBuf::from(dir));
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/tools.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()?;
+    let output = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output()?;
     if !output.status.success() {
         return Err(Error::Tools(output.status));
     }
-    Ok(PathBuf::from(
-        String::from_utf8_lossy(&output.stdout).trim(),
-    ))
+    Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
 }

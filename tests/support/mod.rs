@@ -56,10 +56,7 @@ impl Scenario {
     pub async fn new(prefix: &str) -> Self {
         let plane = ControlPlane::shared();
         let client = plane.client().await.expect("admin client");
-        let ns = plane
-            .namespace(&client, prefix)
-            .await
-            .expect("test namespace");
+        let ns = plane.namespace(&client, prefix).await.expect("test namespace");
         let settings = PublishArgs {
             watch_namespaces: vec![ns.clone()],
             configmap_namespace: ns.clone(),
@@ -68,11 +65,7 @@ impl Scenario {
             no_builtin_registries: true,
             ..PublishArgs::default()
         };
-        Self {
-            client,
-            ns,
-            settings,
-        }
+        Self { client, ns, settings }
     }
 
     /// Starts the publisher with the current settings.
@@ -82,10 +75,7 @@ impl Scenario {
         let task = tokio::spawn(publisher.run(async move {
             let _ = stopped.await;
         }));
-        Running {
-            stop: Some(stop),
-            task,
-        }
+        Running { stop: Some(stop), task }
     }
 
     pub fn configmaps(&self) -> Api<ConfigMap> {
@@ -93,10 +83,7 @@ impl Scenario {
     }
 
     pub async fn configmap(&self) -> Option<ConfigMap> {
-        self.configmaps()
-            .get_opt(&self.settings.configmap_name)
-            .await
-            .expect("GET the ConfigMap")
+        self.configmaps().get_opt(&self.settings.configmap_name).await.expect("GET the ConfigMap")
     }
 
     /// The published document read the way readers read it: GET, take `localRegistryHosting.v1`, parse YAML.
@@ -119,19 +106,14 @@ impl Scenario {
         .await;
         match found {
             Some(published) => published,
-            None => panic!(
-                "timed out waiting for {what}; published now: {:?}",
-                self.published().await
-            ),
+            None => panic!("timed out waiting for {what}; published now: {:?}", self.published().await),
         }
     }
 
     pub async fn wait_host(&self, host: &str) -> LocalRegistryHostingV1 {
-        self.wait_published(&format!("host {host}"), |d| {
-            d.as_ref().and_then(|d| d.host.as_deref()) == Some(host)
-        })
-        .await
-        .expect("a document")
+        self.wait_published(&format!("host {host}"), |d| d.as_ref().and_then(|d| d.host.as_deref()) == Some(host))
+            .await
+            .expect("a document")
     }
 
     /// Creates or updates any namespaced object from JSON (apiVersion, kind and metadata.name required).
@@ -147,9 +129,7 @@ impl Scenario {
     pub async fn patch_status(&self, api_version: &str, kind: &str, name: &str, status: Value) {
         let api = dynamic_api(&self.client, &self.ns, api_version, kind);
         let patch = serde_json::json!({"status": status});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("patch status");
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch status");
     }
 
     /// How many times an Event with `reason` on `name` was recorded, counting the repeats a Recorder folds into
@@ -172,55 +152,32 @@ impl Scenario {
         list.items
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
+            .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect()
     }
 
     /// Waits for an Event with `reason` on `name` and returns its note.
     pub async fn wait_event(&self, name: &str, reason: &str) -> String {
         let found = wait_until(SOON, || async {
-            self.events_for(name)
-                .await
-                .into_iter()
-                .find(|(_, r, _)| r == reason)
-                .map(|(_, _, note)| note)
+            self.events_for(name).await.into_iter().find(|(_, r, _)| r == reason).map(|(_, _, note)| note)
         })
         .await;
         match found {
             Some(note) => note,
-            None => panic!(
-                "no {reason} Event on {name}; its events: {:?}",
-                self.events_for(name).await
-            ),
+            None => panic!("no {reason} Event on {name}; its events: {:?}", self.events_for(name).await),
         }
     }
 }
 
 pub async fn apply_in(client: &Client, ns: &str, manifest: Value) {
-    let api_version = manifest["apiVersion"]
-        .as_str()
-        .expect("apiVersion")
-        .to_string();
+    let api_version = manifest["apiVersion"].as_str().expect("apiVersion").to_string();
     let kind = manifest["kind"].as_str().expect("kind").to_string();
-    let name = manifest["metadata"]["name"]
-        .as_str()
-        .expect("metadata.name")
-        .to_string();
+    let name = manifest["metadata"]["name"].as_str().expect("metadata.name").to_string();
     let api = dynamic_api(client, ns, &api_version, &kind);
     let object: DynamicObject = serde_json::from_value(manifest).expect("a Kubernetes object");
-    api.patch(
-        &name,
-        &PatchParams::apply("publisher-tests").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+    api.patch(&name, &PatchParams::apply("publisher-tests").force(), &Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
 }
 
 pub async fn delete_in(client: &Client, ns: &str, api_version: &str, kind: &str, name: &str) {
@@ -275,9 +232,5 @@ pub async fn create_foreign_configmap(scenario: &Scenario, text: &str) -> Config
     let mut configmap = ConfigMap::default();
     configmap.metadata.name = Some(scenario.settings.configmap_name.clone());
     configmap.data = Some([(DATA_KEY.to_string(), text.to_string())].into());
-    scenario
-        .configmaps()
-        .create(&PostParams::default(), &configmap)
-        .await
-        .expect("create foreign ConfigMap")
+    scenario.configmaps().create(&PostParams::default(), &configmap).await.expect("create foreign ConfigMap")
 }

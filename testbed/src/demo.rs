@@ -1,0 +1,135 @@
+//! `testbed demo <controller>`: the controller publishing a sample registry on the local control plane, then
+//! following a change of the registry's nodePort.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+
+use crate::{ControlPlane, Error, wait_until};
+
+const NAMESPACE: &str = "registry";
+const FIRST_PORT: i32 = 30500;
+const SECOND_PORT: i32 = 30600;
+
+pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
+    let client = plane.client().await?;
+    step(
+        "Deploying a sample registry: Deployment registry/registry and a NodePort Service labelled local-registry-publisher.io/registry=true",
+    );
+    apply(&client, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
+        .await?;
+    apply(&client, serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "registry", "namespace": NAMESPACE},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}},
+                "spec": {"containers": [{"name": "registry", "image": "registry:2", "ports": [{"containerPort": 5000}]}]}}}
+    }))
+    .await?;
+    apply(&client, registry_service(FIRST_PORT)).await?;
+
+    step(&format!("Starting the controller: {}", controller.display()));
+    let mut child = Command::new(controller)
+        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
+        .arg("--help-url=https://github.com/local-registry-publisher/local-registry-publisher#readme")
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|source| Error::Spawn { program: controller.to_path_buf(), source })?;
+    let result = show(&client, plane).await;
+    step("Stopping the controller (SIGTERM)");
+    stop(&mut child);
+    result
+}
+
+async fn show(client: &kube::Client, plane: &ControlPlane) -> Result<(), Error> {
+    let started = Instant::now();
+    let text = wait_for_host(client, &format!("localhost:{FIRST_PORT}")).await?;
+    step(&format!("Published in {:.1}s: kube-public/local-registry-hosting holds", started.elapsed().as_secs_f64()));
+    print_document(&text);
+
+    step(&format!("Changing the Service's nodePort from {FIRST_PORT} to {SECOND_PORT}"));
+    let changed = Instant::now();
+    apply(client, registry_service(SECOND_PORT)).await?;
+    let text = wait_for_host(client, &format!("localhost:{SECOND_PORT}")).await?;
+    step(&format!("The ConfigMap followed in {} ms:", changed.elapsed().as_millis()));
+    print_document(&text);
+    let events =
+        kubectl(plane, &["get", "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=registry"]);
+    step("Events on the registry Service (kubectl get events -n registry):");
+    println!("{}", events.trim_end());
+    println!("\nTo explore by hand: `make up` starts the same control plane and prints its KUBECONFIG.");
+    Ok(())
+}
+
+fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+    let output = Command::new(plane.tools().join("kubectl"))
+        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
+        .args(args)
+        .output();
+    match output {
+        Ok(output) => String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr),
+        Err(error) => format!("kubectl: {error}"),
+    }
+}
+
+fn registry_service(node_port: i32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "namespace": NAMESPACE,
+            "labels": {"local-registry-publisher.io/registry": "true"}},
+        "spec": {"type": "NodePort", "selector": {"app": "registry"},
+            "ports": [{"name": "registry", "port": 5000, "nodePort": node_port}]}
+    })
+}
+
+async fn wait_for_host(client: &kube::Client, host: &str) -> Result<String, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let wanted = format!("host: \"{host}\"");
+    let timeout = Duration::from_secs(60);
+    wait_until(timeout, || async {
+        let configmap = api.get_opt("local-registry-hosting").await.ok().flatten()?;
+        let text = configmap.data?.get("localRegistryHosting.v1")?.clone();
+        text.contains(&wanted).then_some(text)
+    })
+    .await
+    .ok_or_else(|| Error::Timeout { what: format!("the ConfigMap to show {host}"), timeout })
+}
+
+async fn apply(client: &kube::Client, manifest: serde_json::Value) -> Result<(), Error> {
+    let object: DynamicObject =
+        serde_json::from_value(manifest).map_err(|e| std::io::Error::other(format!("demo manifest: {e}")))?;
+    let types = object.types.clone().unwrap_or_default();
+    let (group, version) = types.api_version.rsplit_once('/').unwrap_or(("", &types.api_version));
+    let resource = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, &types.kind));
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = match &object.metadata.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(&name, &PatchParams::apply("testbed-demo").force(), &Patch::Apply(&object)).await?;
+    Ok(())
+}
+
+fn print_document(text: &str) {
+    println!("    localRegistryHosting.v1: |");
+    for line in text.lines() {
+        println!("      {line}");
+    }
+}
+
+fn step(message: &str) {
+    println!("\n==> {message}");
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+}
