@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint tools up
+.PHONY: demo test bench lint tools up
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -12,6 +12,10 @@ demo: tools
 ## test: build the control-plane tools if needed, then run every unit and integration test
 test: tools
 	$(CARGO) test --workspace --all-targets
+
+## bench: publish latency and controller memory on the local control plane, printed (release build)
+bench: tools
+	$(CARGO) bench --bench publish
 
 ## lint: formatting and clippy, as CI runs them
 lint:
