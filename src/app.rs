@@ -1,14 +1,23 @@
-//! Wiring for the binary: logging, the Kubernetes client, signals.
+//! Wiring for the binary: logging, the Kubernetes client, the HTTP server, leader election, signals, and an
+//! orderly shutdown (stop reconciling, release the Lease, stop serving).
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use tracing::error;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Args, LogFormat};
-use crate::controller::Publisher;
+use crate::config::{Args, LogFormat, OperationArgs};
+use crate::controller::{Context, Publisher};
+use crate::http::{self, Health};
+use crate::leader::{Elector, LeaseSettings};
+use crate::metrics::Metrics;
+
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -22,6 +31,13 @@ pub enum Error {
 
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
+    let listener = match http::bind(args.operation.http_address).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            error!("cannot serve --http-address {}: {error}", args.operation.http_address);
+            return ExitCode::FAILURE;
+        }
+    };
     let client = match client(&args).await {
         Ok(client) => client,
         Err(error) => {
@@ -29,13 +45,69 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    Publisher::new(client, args.publish).run(shutdown_signal()).await;
+
+    let (stop, stopping) = watch::channel(false);
+    let stopped = move || {
+        let mut stopping = stopping.clone();
+        async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        }
+    };
+    let metrics = Metrics::default();
+    let health = Arc::new(Health::default());
+    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), stopped()));
+    let (leading, elector) = if args.operation.leader_elect {
+        let settings = lease_settings(&args.operation);
+        info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");
+        let (elector, leading) = Elector::new(client.clone(), settings, metrics.clone());
+        (Some(leading), Some(tokio::spawn(elector.run(stopped()))))
+    } else {
+        (None, None)
+    };
+    let publisher = Publisher::new(client, args.publish, Context::new(metrics, health, leading));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        info!("shutting down");
+        let _ = stop.send(true);
+    });
+    publisher.run(stopped()).await;
+    if let Some(elector) = elector
+        && tokio::time::timeout(SHUTDOWN_GRACE, elector).await.is_err()
+    {
+        warn!("the Lease was not released in time; it expires on its own");
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
     ExitCode::SUCCESS
 }
 
+fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
+    let namespace = operation
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+        .map(|ns| ns.trim().to_string())
+        .unwrap_or_else(|| "default".into());
+    let identity =
+        operation.leader_elect_identity.clone().or_else(|| std::env::var("POD_NAME").ok()).unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME")
+                .ok()
+                .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|| "local-registry-publisher".into());
+            format!("{host}-{}", std::process::id())
+        });
+    LeaseSettings {
+        namespace,
+        name: operation.leader_elect_lease_name.clone(),
+        identity,
+        duration: operation.leader_elect_lease_duration,
+    }
+}
+
 fn init_logging(args: &Args) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
     use std::io::IsTerminal;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

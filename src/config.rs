@@ -24,6 +24,9 @@ pub struct Args {
     #[command(flatten)]
     pub publish: PublishArgs,
 
+    #[command(flatten)]
+    pub operation: OperationArgs,
+
     /// Path to a kubeconfig; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account is used.
     #[arg(long, env = "LRP_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
@@ -91,6 +94,36 @@ pub struct PublishArgs {
     pub take_over: bool,
 }
 
+/// How the process runs: probes, metrics, leader election.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OperationArgs {
+    /// Address serving /healthz (liveness), /readyz (readiness) and /metrics (Prometheus).
+    #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_address: std::net::SocketAddr,
+
+    /// Elect a leader on a coordination.k8s.io Lease so several replicas can run: all watch, only the leader
+    /// writes. Without it, run a single replica.
+    #[arg(long, env = "LRP_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the Lease; defaults to POD_NAMESPACE, then the in-cluster service account's namespace,
+    /// then "default".
+    #[arg(long, env = "LRP_LEADER_ELECT_NAMESPACE", value_parser = parse_namespace)]
+    pub leader_elect_namespace: Option<String>,
+
+    /// Name of the Lease.
+    #[arg(long, env = "LRP_LEADER_ELECT_LEASE_NAME", default_value = "local-registry-publisher", value_parser = parse_dns_subdomain)]
+    pub leader_elect_lease_name: String,
+
+    /// How long a leader that stopped renewing keeps the Lease before another replica takes over.
+    #[arg(long, env = "LRP_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// This replica's identity in the Lease; defaults to POD_NAME, then <hostname>-<pid>.
+    #[arg(long, env = "LRP_LEADER_ELECT_IDENTITY")]
+    pub leader_elect_identity: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -123,6 +156,14 @@ impl Default for PublishArgs {
 
 fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value).map_err(|e| format!("{e} (use e.g. 15s, 1m, 500ms)"))
+}
+
+fn parse_lease_duration(value: &str) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    if duration < Duration::from_secs(3) {
+        return Err("must be at least 3s: the leader renews several times per lease".into());
+    }
+    Ok(duration)
 }
 
 fn parse_help_url(value: &str) -> Result<String, String> {
@@ -308,6 +349,9 @@ mod tests {
             ("--watch-namespaces=Kube_System", "namespace"),
             ("--log-format=xml", "xml"),
             ("--log-level=info,[", "log-level"),
+            ("--http-address=8080", "http-address"),
+            ("--leader-elect-lease-duration=1s", "at least 3s"),
+            ("--leader-elect-namespace=-x", "namespace"),
         ] {
             let error = parse(&[flag]).expect_err(flag);
             assert_eq!(error.exit_code(), 2, "{flag}");

@@ -5,6 +5,7 @@
 //! - [`registry`]: which Services are registries and what each would publish (pure).
 //! - [`plan`]: what to write, given the registries and what is published (pure).
 //! - [`controller`]: watches, the reconcile loop, Events.
+//! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`].
 //! - [`config`]: flags; [`app`]: wiring for the binary.
 #![forbid(unsafe_code)]
 
@@ -12,5 +13,8 @@ pub mod app;
 pub mod config;
 pub mod controller;
 pub mod hosting;
+pub mod http;
+pub mod leader;
+pub mod metrics;
 pub mod plan;
 pub mod registry;

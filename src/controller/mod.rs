@@ -1,27 +1,29 @@
 //! The reconcile loop: read the watches, ask [`plan::decide`] what to do, apply it, report it. One pass per burst
 //! of changes, and one more when a grace period runs out.
 
+mod cluster;
 mod events;
 mod watches;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::config::PublishArgs;
 use crate::hosting::LocalRegistryHostingV1;
+use crate::http::{HEARTBEAT, Health};
+use crate::metrics::Metrics;
 use crate::plan::{self, Action, Existing, MANAGER, Readiness};
-use crate::registry::{self, Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, Workload};
+use crate::registry;
+use cluster::Watches;
+use watches::Signals;
 pub use watches::WatchKey;
-use watches::WatchSet;
 
 /// Changes that arrive this close together are handled in one pass.
 const SETTLE: Duration = Duration::from_millis(20);
@@ -48,27 +50,86 @@ impl Error {
     }
 }
 
+/// Asks the API server's own /readyz (which covers etcd) every heartbeat: watches can stay open on the API
+/// server's cache while etcd is down, so their silence proves nothing.
+async fn probe_api(client: Client, health: Arc<Health>) {
+    loop {
+        let request = http::Request::get("/readyz").body(Vec::new());
+        let ok = match request {
+            Ok(request) => {
+                let answer = tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await;
+                matches!(answer, Ok(Ok(body)) if body.trim() == "ok")
+            }
+            Err(_) => false,
+        };
+        health.set_api_reachable(ok);
+        tokio::time::sleep(HEARTBEAT).await;
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the publisher shares with the rest of the process.
+pub struct Context {
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+    /// Whether this replica may write; always true without leader election.
+    pub leading: watch::Receiver<bool>,
+    _always_leading: Option<watch::Sender<bool>>,
+}
+
+impl Context {
+    /// `leading` comes from a leader elector; `None` means this replica always leads.
+    pub fn new(metrics: Metrics, health: Arc<Health>, leading: Option<watch::Receiver<bool>>) -> Self {
+        match leading {
+            Some(leading) => Self { metrics, health, leading, _always_leading: None },
+            None => {
+                let (sender, leading) = watch::channel(true);
+                metrics.leading(true);
+                Self { metrics, health, leading, _always_leading: Some(sender) }
+            }
+        }
+    }
+
+    /// A single replica without leader election, with metrics of its own.
+    pub fn standalone() -> Self {
+        Self::new(Metrics::default(), Arc::default(), None)
+    }
+}
+
 pub struct Publisher {
+    client: Client,
     settings: PublishArgs,
     configmaps: Api<ConfigMap>,
     changed: Arc<Notify>,
     watches: Watches,
     readiness: Readiness,
     events: events::EventLog,
+    context: Context,
     held_back: Option<String>,
 }
 
 impl Publisher {
-    pub fn new(client: Client, settings: PublishArgs) -> Self {
+    pub fn new(client: Client, settings: PublishArgs, context: Context) -> Self {
         let changed = Arc::new(Notify::new());
-        let watches = Watches::new(&client, &changed, &settings);
+        let signals =
+            Signals { changed: changed.clone(), metrics: context.metrics.clone(), health: context.health.clone() };
+        let watches = Watches::new(&client, &signals, &settings);
         Self {
             configmaps: Api::namespaced(client.clone(), &settings.configmap_namespace),
-            events: events::EventLog::new(client),
+            events: events::EventLog::new(client.clone()),
+            client,
             settings,
             changed,
             watches,
             readiness: Readiness::default(),
+            context,
             held_back: None,
         }
     }
@@ -82,21 +143,34 @@ impl Publisher {
             "publishing the local registry"
         );
         futures::pin_mut!(shutdown);
+        let probe = AbortOnDrop(tokio::spawn(probe_api(self.client.clone(), self.context.health.clone())));
         let mut wake_at: Option<Instant> = None;
         let mut retry = RETRY_MIN;
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
             let timer = tokio::time::sleep_until(wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
             tokio::select! {
                 () = &mut shutdown => break,
                 () = self.changed.notified() => tokio::time::sleep(SETTLE).await,
                 () = timer, if wake_at.is_some() => {}
+                Ok(()) = self.context.leading.changed() => {}
+                _ = heartbeat.tick() => {
+                    self.context.health.beat();
+                    self.context.health.set_watches_alive(self.watches.alive());
+                    continue;
+                }
             }
-            wake_at = match self.reconcile().await {
+            let started = Instant::now();
+            let outcome = self.reconcile().await;
+            let result = if outcome.is_ok() { "success" } else { "error" };
+            self.context.metrics.reconciled(result, started.elapsed());
+            wake_at = match outcome {
                 Ok(recheck) => {
                     retry = RETRY_MIN;
                     recheck.map(|after| Instant::now() + after)
                 }
                 Err(error) => {
+                    self.context.metrics.reconcile_failed(error.metric_label());
                     error!(%error, reason = error.metric_label(), retry_in = ?retry, "reconcile failed");
                     let at = Instant::now() + retry;
                     retry = (retry * 2).min(RETRY_MAX);
@@ -104,6 +178,7 @@ impl Publisher {
                 }
             };
         }
+        drop(probe);
         info!("stopped");
     }
 
@@ -111,7 +186,9 @@ impl Publisher {
     async fn reconcile(&mut self) -> Result<Option<Duration>, Error> {
         let cluster = self.watches.snapshot();
         self.watches.follow(&registry::interest(&cluster, &self.settings));
-        if !self.watches.synced() {
+        let synced = self.watches.synced();
+        self.context.health.set_synced(synced);
+        if !synced {
             // A watch is still listing; it wakes us when it is done.
             debug!("waiting for watches to sync");
             return Ok(None);
@@ -120,7 +197,12 @@ impl Publisher {
         let now = Instant::now().into_std();
         self.readiness.observe(&registries, now);
         let existing = self.watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
+        self.report_published(existing.as_ref(), &registries);
         let decision = plan::decide(&registries, existing.as_ref(), &self.readiness, now, &self.settings);
+        if !*self.context.leading.borrow() {
+            // Followers watch and decide, so they are ready to take over, but only the leader writes.
+            return Ok(decision.recheck_after);
+        }
         if decision.held_back != self.held_back {
             if let Some(why) = &decision.held_back {
                 warn!("{why}");
@@ -132,6 +214,19 @@ impl Publisher {
         self.events.record(&decision.notices).await;
         written?;
         Ok(decision.recheck_after)
+    }
+
+    /// The published-values metric follows what the ConfigMap holds, whoever wrote it.
+    fn report_published(&self, existing: Option<&Existing>, registries: &[registry::Registry]) {
+        let document = existing
+            .filter(|e| e.owned)
+            .and_then(|e| e.text.as_deref())
+            .and_then(|t| LocalRegistryHostingV1::parse(t).ok());
+        let source = document
+            .as_ref()
+            .and_then(|d| registries.iter().find(|r| r.document.as_ref().ok() == Some(d)))
+            .map(|r| r.id.to_string());
+        self.context.metrics.published(document.as_ref(), source);
     }
 
     async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<(), Error> {
@@ -152,6 +247,8 @@ impl Publisher {
                     .patch(&self.settings.configmap_name, &params, &Patch::Apply(&configmap))
                     .await
                     .map_err(|source| Error::Apply { target: target.clone(), source })?;
+                self.context.metrics.wrote("apply");
+                self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
                 self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
@@ -182,128 +279,6 @@ impl Publisher {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-/// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
-struct Watches {
-    labelled_services: WatchSet<Service>,
-    deployments: WatchSet<Deployment>,
-    statefulsets: WatchSet<StatefulSet>,
-    daemonsets: WatchSet<DaemonSet>,
-    builtin_services: WatchSet<Service>,
-    proxies: WatchSet<DaemonSet>,
-    configmap: WatchSet<ConfigMap>,
-    namespace_services: WatchSet<Service>,
-    pods: WatchSet<Pod>,
-    endpoint_slices: WatchSet<EndpointSlice>,
-    nodes: WatchSet<Node>,
-}
-
-impl Watches {
-    fn new(client: &Client, changed: &Arc<Notify>, settings: &PublishArgs) -> Self {
-        let (c, n) = (client, changed);
-        let mut watches = Watches {
-            labelled_services: WatchSet::namespaced(c.clone(), n.clone()),
-            deployments: WatchSet::namespaced(c.clone(), n.clone()),
-            statefulsets: WatchSet::namespaced(c.clone(), n.clone()),
-            daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
-            builtin_services: WatchSet::namespaced(c.clone(), n.clone()),
-            proxies: WatchSet::namespaced(c.clone(), n.clone()),
-            configmap: WatchSet::namespaced(c.clone(), n.clone()),
-            namespace_services: WatchSet::namespaced(c.clone(), n.clone()),
-            pods: WatchSet::namespaced(c.clone(), n.clone()),
-            endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()),
-            nodes: WatchSet::cluster_scoped(c.clone(), n.clone()),
-        };
-        let scope: Vec<Option<&str>> = if settings.all_namespaces() {
-            vec![None]
-        } else {
-            settings.watch_namespaces.iter().map(|n| Some(n.as_str())).collect()
-        };
-        let labelled = || scope.iter().map(|ns| WatchKey::in_namespace(*ns).labels(&settings.registry_selector));
-        watches.labelled_services.follow(labelled());
-        watches.deployments.follow(labelled());
-        watches.statefulsets.follow(labelled());
-        watches.daemonsets.follow(labelled());
-        if !settings.no_builtin_registries {
-            let builtins = [MINIKUBE, MICROK8S].into_iter().filter(|(ns, _)| settings.watches_namespace(ns));
-            watches.builtin_services.follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
-            if settings.watches_namespace(MINIKUBE.0) {
-                watches.proxies.follow([WatchKey::in_namespace(Some(MINIKUBE.0)).named(MINIKUBE_PROXY)]);
-            }
-        }
-        watches
-            .configmap
-            .follow([WatchKey::in_namespace(Some(&settings.configmap_namespace)).named(&settings.configmap_name)]);
-        watches
-    }
-
-    fn follow(&mut self, interest: &Interest) {
-        self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
-        self.pods.follow(
-            interest.pod_selectors.iter().map(|(ns, selector)| WatchKey::in_namespace(Some(ns)).labels(selector)),
-        );
-        self.endpoint_slices.follow(interest.endpoint_services.iter().map(|id| {
-            WatchKey::in_namespace(Some(&id.namespace)).labels(format!("kubernetes.io/service-name={}", id.name))
-        }));
-        self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
-    }
-
-    fn synced(&self) -> bool {
-        self.labelled_services.synced()
-            && self.deployments.synced()
-            && self.statefulsets.synced()
-            && self.daemonsets.synced()
-            && self.builtin_services.synced()
-            && self.proxies.synced()
-            && self.configmap.synced()
-            && self.namespace_services.synced()
-            && self.pods.synced()
-            && self.endpoint_slices.synced()
-            && self.nodes.synced()
-    }
-
-    fn snapshot(&self) -> Cluster {
-        let mut workloads: Vec<Workload> = Vec::new();
-        let mut add = |kind: &'static str,
-                       meta: &kube::api::ObjectMeta,
-                       labels: Option<&std::collections::BTreeMap<String, String>>| {
-            workloads.push(Workload {
-                kind,
-                namespace: meta.namespace.clone().unwrap_or_default(),
-                name: meta.name.clone().unwrap_or_default(),
-                pod_labels: labels.cloned().unwrap_or_default(),
-            });
-        };
-        for d in self.deployments.objects() {
-            add("Deployment", &d.metadata, d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()));
-        }
-        for s in self.statefulsets.objects() {
-            add(
-                "StatefulSet",
-                &s.metadata,
-                s.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()),
-            );
-        }
-        for d in self.daemonsets.objects() {
-            add("DaemonSet", &d.metadata, d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.labels.as_ref()));
-        }
-        workloads.sort_by(|a, b| (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind)));
-        let sorted = |mut services: Vec<Arc<Service>>| {
-            services.sort_by_key(|s| (s.namespace(), s.name_any()));
-            services
-        };
-        Cluster {
-            labelled_services: sorted(self.labelled_services.objects()),
-            workloads,
-            workload_namespace_services: sorted(self.namespace_services.objects()),
-            builtin_services: sorted(self.builtin_services.objects()),
-            proxies: self.proxies.objects(),
-            pods: self.pods.objects(),
-            endpoint_slices: self.endpoint_slices.objects(),
-            nodes: self.nodes.objects(),
         }
     }
 }

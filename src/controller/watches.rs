@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
@@ -15,6 +16,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
+
+use crate::http::Health;
+use crate::metrics::Metrics;
 
 /// One server-side filtered watch: a namespace (or all) and label and field selectors.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -54,6 +58,39 @@ impl std::fmt::Display for WatchKey {
     }
 }
 
+/// Exponential backoff from 0.5 s to at most 5 s, with jitter. kube's default grows to 30 s, which after a 20 s
+/// API outage left the ConfigMap stale for another 20 s; 5 s is still far from a tight loop.
+struct CappedBackoff {
+    next: Duration,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+impl Default for CappedBackoff {
+    fn default() -> Self {
+        Self { next: BACKOFF_MIN }
+    }
+}
+
+impl Iterator for CappedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        // Up to 20% jitter, so replicas and watches do not retry in step.
+        let jitter = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), delay) % 200;
+        Some(delay + delay * jitter as u32 / 1000)
+    }
+}
+
+impl kube::runtime::utils::Backoff for CappedBackoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
 struct Running<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     synced: Arc<AtomicBool>,
@@ -68,11 +105,19 @@ impl<K: Resource<DynamicType = ()> + 'static> Drop for Running<K> {
 
 type ApiFor<K> = fn(Client, Option<&str>) -> Api<K>;
 
+/// Where every watch reports: a change to reconcile, a failure to count, the API server's reachability.
+#[derive(Clone)]
+pub struct Signals {
+    pub changed: Arc<Notify>,
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+}
+
 /// The watches of one resource kind.
 pub struct WatchSet<K: Resource<DynamicType = ()> + 'static> {
     client: Client,
     api_for: ApiFor<K>,
-    changed: Arc<Notify>,
+    signals: Signals,
     running: BTreeMap<WatchKey, Running<K>>,
 }
 
@@ -86,12 +131,12 @@ where
         + Sync
         + 'static,
 {
-    pub fn namespaced(client: Client, changed: Arc<Notify>) -> Self {
+    pub fn namespaced(client: Client, signals: Signals) -> Self {
         let api_for: ApiFor<K> = |client, namespace| match namespace {
             Some(namespace) => Api::namespaced(client, namespace),
             None => Api::all(client),
         };
-        Self { client, api_for, changed, running: BTreeMap::new() }
+        Self { client, api_for, signals, running: BTreeMap::new() }
     }
 }
 
@@ -105,8 +150,8 @@ where
         + Sync
         + 'static,
 {
-    pub fn cluster_scoped(client: Client, changed: Arc<Notify>) -> Self {
-        Self { client, api_for: |client, _| Api::all(client), changed, running: BTreeMap::new() }
+    pub fn cluster_scoped(client: Client, signals: Signals) -> Self {
+        Self { client, api_for: |client, _| Api::all(client), signals, running: BTreeMap::new() }
     }
 }
 
@@ -131,6 +176,11 @@ where
         self.running.values().flat_map(|r| r.store.state()).collect()
     }
 
+    /// Whether every watch task is still running (they only end when stopped).
+    pub fn alive(&self) -> bool {
+        self.running.values().all(|r| !r.task.is_finished())
+    }
+
     /// Whether every watch has listed its objects at least once.
     pub fn synced(&self) -> bool {
         self.running.values().all(|r| r.synced.load(Ordering::Acquire))
@@ -147,7 +197,7 @@ where
         let synced = Arc::new(AtomicBool::new(false));
         let name = format!("{} {key}", K::kind(&()));
         debug!(watch = %name, "starting watch");
-        let task = tokio::spawn(watch(api, config, writer, synced.clone(), self.changed.clone(), name));
+        let task = tokio::spawn(watch(api, config, writer, synced.clone(), self.signals.clone(), name));
         Running { store, synced, task }
     }
 }
@@ -157,22 +207,24 @@ async fn watch<K>(
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     synced: Arc<AtomicBool>,
-    changed: Arc<Notify>,
+    signals: Signals,
     name: String,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let stream = reflector::reflector(writer, watcher(api, config).backoff(CappedBackoff::default()));
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::InitDone) => {
                 synced.store(true, Ordering::Release);
-                changed.notify_one();
+                signals.changed.notify_one();
             }
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => changed.notify_one(),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => signals.changed.notify_one(),
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Err(error) => {
+                signals.health.set_api_reachable(false);
+                signals.metrics.watch_restarted(K::kind(&()).as_ref());
                 warn!(watch = %name, %error, "watch failed; retrying with backoff");
             }
         }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod binary;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -12,7 +14,7 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use local_registry_publisher::config::PublishArgs;
-use local_registry_publisher::controller::Publisher;
+use local_registry_publisher::controller::{Context, Publisher};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::Value;
 use testbed::ControlPlane;
@@ -71,7 +73,7 @@ impl Scenario {
     /// Starts the publisher with the current settings.
     pub fn start(&self) -> Running {
         let (stop, stopped) = oneshot::channel();
-        let publisher = Publisher::new(self.client.clone(), self.settings.clone());
+        let publisher = Publisher::new(self.client.clone(), self.settings.clone(), Context::standalone());
         let task = tokio::spawn(publisher.run(async move {
             let _ = stopped.await;
         }));

@@ -1,0 +1,119 @@
+//! `/healthz`, `/readyz` and `/metrics` on one port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::Metrics;
+
+/// The reconcile loop beats at least this often; twice this without a beat means it is stuck.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// What the probes report, written by the watches and the reconcile loop.
+#[derive(Debug)]
+pub struct Health {
+    synced: AtomicBool,
+    api_reachable: AtomicBool,
+    watches_alive: AtomicBool,
+    heartbeat: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        let health = Self {
+            synced: AtomicBool::new(false),
+            api_reachable: AtomicBool::new(false),
+            watches_alive: AtomicBool::new(true),
+            heartbeat: AtomicU64::new(0),
+        };
+        health.beat();
+        health
+    }
+}
+
+impl Health {
+    pub fn beat(&self) {
+        self.heartbeat.store(now_secs(), Ordering::Release);
+    }
+
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::Release);
+    }
+
+    pub fn set_api_reachable(&self, reachable: bool) {
+        self.api_reachable.store(reachable, Ordering::Release);
+    }
+
+    pub fn set_watches_alive(&self, alive: bool) {
+        self.watches_alive.store(alive, Ordering::Release);
+    }
+
+    /// Liveness: the reconcile loop beats and no watch task has died.
+    pub fn live(&self) -> Result<(), &'static str> {
+        let age = now_secs().saturating_sub(self.heartbeat.load(Ordering::Acquire));
+        if age > 12 * HEARTBEAT.as_secs() {
+            return Err("the reconcile loop has not run for a minute");
+        }
+        if !self.watches_alive.load(Ordering::Acquire) {
+            return Err("a watch task has stopped");
+        }
+        Ok(())
+    }
+
+    /// Readiness: live, caches synced, and the API server answering.
+    pub fn ready(&self) -> Result<(), &'static str> {
+        self.live()?;
+        if !self.api_reachable.load(Ordering::Acquire) {
+            return Err("the API server is not reachable");
+        }
+        if !self.synced.load(Ordering::Acquire) {
+            return Err("the watch caches are not synced yet");
+        }
+        Ok(())
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Serves until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    health: Arc<Health>,
+    registry: Registry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let registry = Arc::new(registry);
+    let (live, ready) = (health.clone(), health);
+    let app = Router::new()
+        .route("/healthz", get(move || async move { probe(live.live()) }))
+        .route("/readyz", get(move || async move { probe(ready.ready()) }))
+        .route(
+            "/metrics",
+            get(move || async move {
+                let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                ([(header::CONTENT_TYPE, content_type)], Metrics::encode(&registry))
+            }),
+        );
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+fn probe(result: Result<(), &'static str>) -> impl IntoResponse {
+    match result {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
+}
+
+/// Binds early so a taken port is reported before the controller starts.
+pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address).await
+}

@@ -1,0 +1,198 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go does it: every replica watches and decides,
+//! only the holder writes. Updates carry the resourceVersion they read, so two replicas can never both win.
+//!
+//! Expiry is judged by this replica's clock from when it last saw the Lease change, never by the holder's
+//! timestamps, so clock skew between nodes does not matter. A follower also watches the Lease: when the leader
+//! releases it on shutdown the follower takes over at once instead of waiting out the lease duration.
+//! (kube-lease-manager, the usual crate, sleeps until expiry and so cannot take over at once.)
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub duration: Duration,
+}
+
+impl LeaseSettings {
+    /// The holder renews this often; a renewal that keeps failing for `renew_deadline` means stepping down
+    /// before anyone else may take over.
+    fn retry_period(&self) -> Duration {
+        (self.duration / 5).max(Duration::from_millis(500))
+    }
+
+    fn renew_deadline(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+}
+
+/// What this replica last saw of the Lease.
+struct Observed {
+    resource_version: String,
+    holder: Option<String>,
+    duration: Duration,
+    seen_at: Instant,
+}
+
+pub struct Elector {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    leading: watch::Sender<bool>,
+    metrics: Metrics,
+}
+
+impl Elector {
+    pub fn new(client: Client, settings: LeaseSettings, metrics: Metrics) -> (Self, watch::Receiver<bool>) {
+        let (leading, receiver) = watch::channel(false);
+        metrics.leading(false);
+        let api = Api::namespaced(client, &settings.namespace);
+        (Self { api, settings, leading, metrics }, receiver)
+    }
+
+    /// Campaigns and renews until `shutdown`, then releases the Lease if held.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        futures::pin_mut!(shutdown);
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.settings.name));
+        let changes = watcher(self.api.clone(), config).default_backoff().touched_objects();
+        futures::pin_mut!(changes);
+        let mut observed: Option<Observed> = None;
+        let mut last_renewal: Option<Instant> = None;
+        loop {
+            let wait = match self.step(&mut observed).await {
+                Ok(true) => {
+                    last_renewal = Some(Instant::now());
+                    self.set_leading(true);
+                    self.settings.retry_period()
+                }
+                Ok(false) => {
+                    last_renewal = None;
+                    self.set_leading(false);
+                    self.time_to_expiry(observed.as_ref())
+                }
+                Err(error) => {
+                    warn!(lease = %self.settings.name, %error, "leader election: could not read or update the Lease");
+                    if last_renewal.is_none_or(|at| at.elapsed() >= self.settings.renew_deadline()) {
+                        self.set_leading(false);
+                    }
+                    self.settings.retry_period()
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(wait) => {}
+                // A follower re-checks as soon as the Lease changes (a release, most usefully).
+                _ = changes.next(), if !*self.leading.borrow() => {}
+            }
+        }
+        if *self.leading.borrow() {
+            self.set_leading(false);
+            self.release(observed.as_ref()).await;
+        }
+    }
+
+    fn set_leading(&self, leading: bool) {
+        if *self.leading.borrow() != leading {
+            info!(identity = %self.settings.identity, lease = %self.settings.name, leading, "leadership changed");
+        }
+        self.metrics.leading(leading);
+        self.leading.send_replace(leading);
+    }
+
+    fn time_to_expiry(&self, observed: Option<&Observed>) -> Duration {
+        let Some(observed) = observed else { return self.settings.retry_period() };
+        let expires = observed.seen_at + observed.duration;
+        expires.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))
+    }
+
+    /// Acquires, renews or observes the Lease once. `Ok(true)` when this replica holds it afterwards.
+    async fn step(&self, observed: &mut Option<Observed>) -> Result<bool, kube::Error> {
+        let now = Instant::now();
+        let Some(lease) = self.api.get_opt(&self.settings.name).await? else {
+            return self.create().await;
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let resource_version = lease.resource_version().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        if observed.as_ref().is_none_or(|o| o.resource_version != resource_version) {
+            let duration =
+                spec.lease_duration_seconds.map_or(self.settings.duration, |s| Duration::from_secs(s.max(1) as u64));
+            *observed = Some(Observed { resource_version, holder: holder.clone(), duration, seen_at: now });
+        }
+        let held_by_us = holder.as_deref() == Some(self.settings.identity.as_str());
+        let expired = observed.as_ref().is_some_and(|o| o.holder.is_none() || now >= o.seen_at + o.duration);
+        if !held_by_us && !expired {
+            return Ok(false);
+        }
+        let mut updated = lease;
+        let mut next = spec;
+        let stamp = Some(MicroTime(Timestamp::now()));
+        if !held_by_us {
+            next.lease_transitions = Some(next.lease_transitions.unwrap_or(0) + 1);
+            next.acquire_time = stamp.clone();
+        }
+        next.holder_identity = Some(self.settings.identity.clone());
+        next.lease_duration_seconds = Some(self.settings.duration.as_secs().max(1) as i32);
+        next.renew_time = stamp;
+        updated.spec = Some(next);
+        updated.metadata.managed_fields = None;
+        match self.api.replace(&self.settings.name, &PostParams::default(), &updated).await {
+            Ok(_) => Ok(true),
+            // Someone else updated it first; look again on the next step.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn create(&self) -> Result<bool, kube::Error> {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(self.settings.name.clone());
+        let stamp = Some(MicroTime(Timestamp::now()));
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(self.settings.identity.clone()),
+            lease_duration_seconds: Some(self.settings.duration.as_secs().max(1) as i32),
+            acquire_time: stamp.clone(),
+            renew_time: stamp,
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        });
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Clears the holder so a follower takes over at once.
+    async fn release(&self, observed: Option<&Observed>) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.settings.name).await else { return };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.acquire_time = None;
+        spec.renew_time = None;
+        lease.metadata.managed_fields = None;
+        match self.api.replace(&self.settings.name, &PostParams::default(), &lease).await {
+            Ok(_) => info!(lease = %self.settings.name, "released the leader Lease"),
+            Err(error) => {
+                warn!(lease = %self.settings.name, %error, seen = observed.is_some(), "could not release the Lease; it expires on its own")
+            }
+        }
+    }
+}

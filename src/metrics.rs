@@ -1,0 +1,247 @@
+//! Prometheus metrics. Names follow controller-runtime's where one exists, so existing dashboards work.
+
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::hosting::LocalRegistryHostingV1;
+use crate::plan::MANAGER;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PublishedLabels {
+    host: String,
+    host_from_container_runtime: String,
+    host_from_cluster_network: String,
+    help: String,
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabels {
+    name: &'static str,
+}
+
+/// Every metric the controller exports; cheap to clone (shared handles).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    reconciles: Family<ResultLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    reconcile_time: Family<ControllerLabels, Histogram>,
+    published: Family<PublishedLabels, Gauge>,
+    last_publish: Gauge<f64, AtomicU64>,
+    leader: Family<NameLabels, Gauge>,
+    watch_restarts: Family<ResourceLabels, Counter>,
+    writes: Family<OperationLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            // controller-runtime's buckets: 5 ms to 60 s.
+            reconcile_time: Family::new_with_constructor(|| {
+                Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0])
+            }),
+            published: Family::default(),
+            last_publish: Gauge::default(),
+            leader: Family::default(),
+            watch_restarts: Family::default(),
+            writes: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// A registry holding these metrics and the process collector.
+    pub fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller and result",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller and bounded reason",
+            self.errors.clone(),
+        );
+        registry.register_with_unit(
+            "controller_runtime_reconcile_time",
+            "Length of time per reconciliation per controller",
+            Unit::Seconds,
+            self.reconcile_time.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_published_info",
+            "The document currently published (1), by field; empty labels are fields left out",
+            self.published.clone(),
+        );
+        registry.register_with_unit(
+            "local_registry_publisher_last_publish_timestamp",
+            "Unix time of the last successful write of the ConfigMap",
+            Unit::Seconds,
+            self.last_publish.clone(),
+        );
+        registry.register(
+            "leader_election_master_status",
+            "1 when this replica holds the leader Lease (or leader election is off), else 0",
+            self.leader.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_watch_restarts",
+            "Watch failures that were retried with backoff, by resource",
+            self.watch_restarts.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_configmap_writes",
+            "Writes of the published ConfigMap, by operation",
+            self.writes.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector::start()));
+        registry
+    }
+
+    /// Encodes every metric in the Prometheus text format.
+    pub fn encode(registry: &Registry) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+
+    pub fn reconciled(&self, result: &'static str, took: Duration) {
+        self.reconciles.get_or_create(&ResultLabels { controller: MANAGER, result }).inc();
+        self.reconcile_time.get_or_create(&ControllerLabels { controller: MANAGER }).observe(took.as_secs_f64());
+    }
+
+    pub fn reconcile_failed(&self, reason: &'static str) {
+        self.errors.get_or_create(&ErrorLabels { controller: MANAGER, reason }).inc();
+    }
+
+    /// Records what readers now see; `None` when the ConfigMap is gone.
+    pub fn published(&self, document: Option<&LocalRegistryHostingV1>, source: Option<String>) {
+        self.published.clear();
+        if let Some(document) = document {
+            let field = |value: &Option<String>| value.clone().unwrap_or_default();
+            let labels = PublishedLabels {
+                host: field(&document.host),
+                host_from_container_runtime: field(&document.host_from_container_runtime),
+                host_from_cluster_network: field(&document.host_from_cluster_network),
+                help: field(&document.help),
+                source: source.unwrap_or_default(),
+            };
+            self.published.get_or_create(&labels).set(1);
+        }
+    }
+
+    pub fn wrote(&self, operation: &'static str) {
+        self.writes.get_or_create(&OperationLabels { operation }).inc();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.last_publish.set(now.as_secs_f64());
+    }
+
+    pub fn leading(&self, leader: bool) {
+        self.leader.get_or_create(&NameLabels { name: MANAGER }).set(i64::from(leader));
+    }
+
+    pub fn watch_restarted(&self, resource: &str) {
+        self.watch_restarts.get_or_create(&ResourceLabels { resource: resource.to_string() }).inc();
+    }
+}
+
+/// The standard process metrics, read from /proc on each scrape.
+#[derive(Debug)]
+struct ProcessCollector {
+    start_time: f64,
+}
+
+impl ProcessCollector {
+    fn start() -> Self {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Self { start_time: now.as_secs_f64() }
+    }
+}
+
+/// Clock ticks per second as Linux reports CPU times in /proc; 100 on every mainstream architecture.
+const CLOCK_TICKS: f64 = 100.0;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let resident_kib: i64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+        let after_name: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let ticks = |i: usize| after_name.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu_seconds = (ticks(11) + ticks(12)) / CLOCK_TICKS;
+        let open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as i64).unwrap_or(0);
+
+        let gauge = |encoder: &mut DescriptorEncoder, name, help, unit: Option<&Unit>, value: f64| {
+            let metric = ConstGauge::new(value);
+            metric.encode(encoder.encode_descriptor(name, help, unit, metric.metric_type())?)
+        };
+        gauge(
+            &mut encoder,
+            "process_resident_memory",
+            "Resident memory size",
+            Some(&Unit::Bytes),
+            (resident_kib * 1024) as f64,
+        )?;
+        gauge(&mut encoder, "process_open_fds", "Number of open file descriptors", None, open_fds as f64)?;
+        gauge(
+            &mut encoder,
+            "process_start_time",
+            "Start time of the process since the Unix epoch",
+            Some(&Unit::Seconds),
+            self.start_time,
+        )?;
+        let cpu = ConstCounter::new(cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent",
+            Some(&Unit::Seconds),
+            cpu.metric_type(),
+        )?)
+    }
+}

@@ -1,0 +1,187 @@
+//! Operating the real binary against the real control plane: leader election with two replicas, health and
+//! metrics endpoints, JSON logs, and invalid configuration.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::binary::{BINARY, Controller};
+use support::*;
+
+fn args(scenario: &Scenario, extra: &[&str]) -> Vec<String> {
+    let plane = testbed::ControlPlane::shared();
+    let mut args = vec![
+        format!("--kubeconfig={}", plane.kubeconfig().display()),
+        format!("--watch-namespaces={}", scenario.ns),
+        format!("--configmap-namespace={}", scenario.ns),
+        "--no-builtin-registries".to_string(),
+        "--grace-period=2s".to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+fn replica(scenario: &Scenario) -> Controller {
+    Controller::start(&args(
+        scenario,
+        &["--leader-elect", &format!("--leader-elect-namespace={}", scenario.ns), "--leader-elect-lease-duration=6s"],
+    ))
+}
+
+const LEADER: &str = "leader_election_master_status{name=\"local-registry-publisher\"}";
+const APPLIES: &str = "local_registry_publisher_configmap_writes_total{operation=\"apply\"}";
+
+fn registry_on_port(port: u16) -> serde_json::Value {
+    service("zot", registry_label(), json!({}), json!({"ports": [{"port": port}]}))
+}
+
+async fn wait_port(scenario: &Scenario, port: u16) -> Duration {
+    let started = Instant::now();
+    let wanted = format!("zot.{}.svc.cluster.local:{port}", scenario.ns);
+    scenario
+        .wait_published(&format!("port {port}"), |d| {
+            d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some(wanted.as_str())
+        })
+        .await;
+    started.elapsed()
+}
+
+/// Waits until exactly one of `replicas` reports leading, and returns its index.
+async fn wait_single_leader(replicas: &[&Controller]) -> usize {
+    let leader = wait_until(SOON, || async {
+        let leading: Vec<usize> = (0..replicas.len()).filter(|&i| replicas[i].metric(LEADER) == Some(1.0)).collect();
+        (leading.len() == 1).then(|| leading[0])
+    })
+    .await;
+    leader.expect("exactly one replica leads")
+}
+
+#[tokio::test]
+async fn two_replicas_one_writes_and_the_other_takes_over_when_the_leader_dies_or_stops() {
+    let s = Scenario::new("ha").await;
+    let (a, b) = (replica(&s), replica(&s));
+    s.apply(registry_on_port(5000)).await;
+    wait_port(&s, 5000).await;
+    let leader = wait_single_leader(&[&a, &b]).await;
+    let (mut leader, follower) = if leader == 0 { (a, b) } else { (b, a) };
+    assert!(leader.metric(APPLIES).unwrap_or(0.0) >= 1.0, "the leader wrote");
+    assert_eq!(follower.metric(APPLIES).unwrap_or(0.0), 0.0, "the follower never writes");
+
+    // kill -9: nothing is released, so the follower waits out the lease.
+    leader.signal("KILL");
+    leader.wait_exit(Duration::from_secs(5)).expect("killed");
+    s.apply(registry_on_port(5001)).await;
+    let failover = wait_port(&s, 5001).await;
+    assert_eq!(follower.metric(LEADER), Some(1.0));
+    assert!(follower.metric(APPLIES).unwrap_or(0.0) >= 1.0, "the new leader wrote");
+    println!("failover after SIGKILL of the leader: {:.1} s (lease 6 s)", failover.as_secs_f64());
+
+    // SIGTERM: the leader releases the Lease and a new replica takes over at once.
+    let mut old_leader = follower;
+    let successor = replica(&s);
+    wait_until(SOON, || async { (successor.get("/readyz")?.0 == 200).then_some(()) }).await.expect("successor ready");
+    old_leader.signal("TERM");
+    let status = old_leader.wait_exit(Duration::from_secs(10)).expect("exits within a few seconds of SIGTERM");
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    assert!(old_leader.logs().contains("released the leader Lease"), "{}", old_leader.logs());
+    let handover = Instant::now();
+    s.apply(registry_on_port(5002)).await;
+    wait_port(&s, 5002).await;
+    assert_eq!(successor.metric(LEADER), Some(1.0));
+    println!("handover after SIGTERM of the leader: {:.1} s", handover.elapsed().as_secs_f64());
+}
+
+#[tokio::test]
+async fn a_single_replica_works_with_leader_election_on() {
+    let s = Scenario::new("single").await;
+    let only = replica(&s);
+    s.apply(registry_on_port(5000)).await;
+    wait_port(&s, 5000).await;
+    assert_eq!(only.metric(LEADER), Some(1.0));
+}
+
+#[tokio::test]
+async fn probes_and_metrics_report_what_happens() {
+    let s = Scenario::new("metrics").await;
+    let controller = Controller::start(&args(&s, &["--log-format=json"]));
+    let ready = wait_until(SOON, || async { (controller.get("/readyz")?.0 == 200).then_some(()) }).await;
+    assert!(ready.is_some(), "/readyz turns ok; logs:\n{}", controller.logs());
+    assert_eq!(controller.get("/healthz").map(|(code, _)| code), Some(200));
+
+    let before = controller
+        .metric("controller_runtime_reconcile_total{controller=\"local-registry-publisher\",result=\"success\"}")
+        .unwrap_or(0.0);
+    s.apply(registry_on_port(5000)).await;
+    wait_port(&s, 5000).await;
+    let (status, text) = controller.get("/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
+    let value = |name: &str| {
+        parsed
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum::<f64>()
+    };
+    assert!(value("controller_runtime_reconcile_total") > before, "reconciles counted");
+    assert!(value("local_registry_publisher_configmap_writes_total") >= 1.0);
+    assert!(value("local_registry_publisher_last_publish_timestamp_seconds") > 1.7e9);
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") > 0.0 && value("process_start_time_seconds") > 1.7e9);
+    assert!(parsed.samples.iter().any(|s| s.metric == "controller_runtime_reconcile_time_seconds_count"), "histogram");
+    let info =
+        parsed.samples.iter().find(|s| s.metric == "local_registry_publisher_published_info").expect("published info");
+    assert_eq!(
+        info.labels.get("host_from_cluster_network"),
+        Some(format!("zot.{}.svc.cluster.local:5000", s.ns).as_str())
+    );
+    assert_eq!(info.labels.get("source"), Some(format!("{}/zot", s.ns).as_str()));
+    assert_eq!(value("leader_election_master_status"), 1.0, "a single replica without election leads");
+
+    // One JSON info line per published change, with old and new values and the source Service.
+    let published: Vec<serde_json::Value> = controller
+        .logs()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .filter(|line: &serde_json::Value| line["fields"]["message"] == "published")
+        .collect();
+    assert_eq!(published.len(), 1, "{}", controller.logs());
+    assert_eq!(published[0]["fields"]["old"], "(none)");
+    assert_eq!(published[0]["fields"]["source"], format!("{}/zot", s.ns));
+    assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains("hostFromClusterNetwork=zot.")));
+}
+
+#[test]
+fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching_the_cluster() {
+    // (flags, environment, the option the error must name)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 7] = [
+        (&["--registry-selector=app in registry"], &[], "--registry-selector"),
+        (&["--help-url=not a url"], &[], "--help-url"),
+        (&["--node-address=external-ip"], &[], "--node-address"),
+        (&["--grace-period=soon"], &[], "--grace-period"),
+        (&["--log-format=xml"], &[], "--log-format"),
+        (&[], &[("LRP_NODE_ADDRESS", "bogus")], "--node-address"),
+        (&[], &[("LRP_LEADER_ELECT_LEASE_DURATION", "1s")], "--leader-elect-lease-duration"),
+    ];
+    for (flags, env, option) in cases {
+        let output = std::process::Command::new(BINARY)
+            .args(flags)
+            // An unreachable cluster: if validation came after connecting, the exit would be 1, not 2.
+            .arg("--kubeconfig=/nonexistent/kubeconfig")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run the binary");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?} {env:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.starts_with("error: ") && first.contains(option), "{flags:?} {env:?}: {first}");
+    }
+}
