@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up
+.PHONY: demo test bench lint tools up manifests
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -10,17 +10,24 @@ demo: tools
 	$(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
 ## test: build the control-plane tools if needed, then run every unit and integration test
+# Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
 test: tools
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace -- --test-threads=8
 
 ## bench: publish latency and controller memory on the local control plane, printed (release build)
 bench: tools
-	$(CARGO) bench --bench publish
+	$(CARGO) bench --bench publish --bench failover
 
 ## lint: formatting and clippy, as CI runs them
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## manifests: render deploy/ from the chart's default values (a test fails when it is stale)
+manifests: tools
+	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
+	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \
+	    --namespace local-registry-publisher; } > deploy/local-registry-publisher.yaml
 
 ## tools: build the pinned Go tools into ~/.cache/local-registry-publisher (minutes cold, instant warm)
 tools:

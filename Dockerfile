@@ -1,0 +1,13 @@
+# The controller image: a static-enough release build on a distroless, non-root runtime with no shell.
+# Build:   docker build -t local-registry-publisher:0.1.0 .
+# Expected size: about 30 MB (distroless/cc ~23 MB + the stripped binary ~7 MB).
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin local-registry-publisher
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/local-registry-publisher /usr/local/bin/local-registry-publisher
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/local-registry-publisher"]

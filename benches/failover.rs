@@ -1,0 +1,93 @@
+//! Leader failover of the real binary with the default 15 s lease, five times each way, printed as medians:
+//! SIGKILL of the leader (the follower waits out the lease) and SIGTERM (the leader releases the Lease).
+//! Also the resident memory of an idle replica with leader election on. Run with `make bench`.
+
+#[allow(dead_code)] // the bench uses part of the test helper
+#[path = "../tests/support/binary.rs"]
+mod binary;
+
+use std::time::{Duration, Instant};
+
+use binary::Controller;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, Patch, PatchParams};
+use testbed::{ControlPlane, wait_until};
+
+const ROUNDS: usize = 5;
+const LEADER: &str = "leader_election_master_status{name=\"local-registry-publisher\"}";
+
+#[tokio::main]
+async fn main() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await.expect("client");
+    let ns = plane.namespace(&client, "failover").await.expect("namespace");
+    let replica = || {
+        Controller::start(&[
+            format!("--kubeconfig={}", plane.kubeconfig().display()),
+            format!("--watch-namespaces={ns}"),
+            format!("--configmap-namespace={ns}"),
+            format!("--leader-elect-namespace={ns}"),
+            "--leader-elect".into(),
+            "--log-level=warn".into(),
+        ])
+    };
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let mut port = 5000;
+    let mut publish_next = || {
+        port += 1;
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "zot", "labels": {"local-registry-publisher.io/registry": "true"}},
+            "spec": {"ports": [{"port": port}]}
+        }))
+        .expect("service");
+        (service, format!("zot.{ns}.svc.cluster.local:{port}"))
+    };
+    let (service, _) = publish_next();
+    services.patch("zot", &PatchParams::apply("bench").force(), &Patch::Apply(&service)).await.expect("registry");
+
+    let mut replicas = vec![replica(), replica()];
+    let mut results: Vec<(&str, Vec<Duration>)> = vec![("SIGKILL", Vec::new()), ("SIGTERM", Vec::new())];
+    for round in 0..2 * ROUNDS {
+        let signal = if round < ROUNDS { "KILL" } else { "TERM" };
+        let leader = wait_until(Duration::from_secs(60), || async {
+            replicas.iter().position(|r| r.metric(LEADER) == Some(1.0))
+        })
+        .await
+        .expect("a leader");
+        if round == 0 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            println!("idle replica resident memory with leader election on: {}", rss(replicas[leader].pid()));
+        }
+        let mut old = replicas.remove(leader);
+        let started = Instant::now();
+        old.signal(signal);
+        old.wait_exit(Duration::from_secs(10));
+        let (service, wanted) = publish_next();
+        services.patch("zot", &PatchParams::apply("bench").force(), &Patch::Apply(&service)).await.expect("change");
+        wait_until(Duration::from_secs(60), || async {
+            let text =
+                configmaps.get_opt("local-registry-hosting").await.ok()??.data?.get("localRegistryHosting.v1")?.clone();
+            text.contains(&wanted).then_some(())
+        })
+        .await
+        .expect("the new leader publishes");
+        results[usize::from(signal == "TERM")].1.push(started.elapsed());
+        replicas.push(replica());
+    }
+    for (signal, mut times) in results {
+        times.sort();
+        let seconds: Vec<String> = times.iter().map(|t| format!("{:.1}", t.as_secs_f64())).collect();
+        println!(
+            "failover after {signal} of the leader (lease 15 s), {ROUNDS} rounds: median {:.1} s [{}]",
+            times[ROUNDS / 2].as_secs_f64(),
+            seconds.join(", ")
+        );
+    }
+}
+
+fn rss(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find(|l| l.starts_with("VmRSS:")).map_or("unknown".into(), |l| l[6..].trim().to_string())
+}

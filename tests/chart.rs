@@ -1,0 +1,365 @@
+//! The Helm chart and plain manifests against the real control plane: lint, schema, rendering, server-side dry run,
+//! install/upgrade/uninstall, and least-privilege RBAC proven by running the controller as the chart's
+//! ServiceAccount.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::binary::Controller;
+use support::*;
+use testbed::ControlPlane;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn chart() -> String {
+    root().join("charts/local-registry-publisher").display().to_string()
+}
+
+/// Runs a tool built by hack/tools.sh (helm, kubectl) against the shared control plane.
+fn tool(name: &str, args: &[&str]) -> Output {
+    let plane = ControlPlane::shared();
+    Command::new(plane.tools().join(name))
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+fn ok(output: Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&output.stderr), text);
+    text
+}
+
+fn stdin_tool(name: &str, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let plane = ControlPlane::shared();
+    let mut child = Command::new(plane.tools().join(name))
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
+    ok(tool("helm", &["lint", "--strict", &chart()]));
+    let custom = root().join("charts/local-registry-publisher/ci/ha-values.yaml").display().to_string();
+    ok(tool("helm", &["lint", "--strict", &chart(), "-f", &custom]));
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "-f", &custom]));
+    for expected in [
+        "replicas: 2",
+        "- --leader-elect",
+        "- --leader-elect-lease-name=lrp-local-registry-publisher",
+        "- --node-address=internal-ip",
+        "- --help-url=https://minikube.sigs.k8s.io/docs/handbook/registry/",
+        "- --log-format=json",
+        "kind: PodDisruptionBudget",
+        "kind: ServiceMonitor",
+        "name: lrp-local-registry-publisher-leader",
+    ] {
+        assert!(rendered.contains(expected), "custom values render {expected:?}:\n{rendered}");
+    }
+    let defaults = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools"]));
+    assert!(!defaults.contains("--leader-elect") && !defaults.contains("ServiceMonitor"), "off by default");
+    for hardening in [
+        "runAsNonRoot: true",
+        "readOnlyRootFilesystem: true",
+        "allowPrivilegeEscalation: false",
+        "drop: [ALL]",
+        "type: RuntimeDefault",
+        "path: /healthz",
+        "path: /readyz",
+    ] {
+        assert!(defaults.contains(hardening), "the pod is hardened: {hardening}");
+    }
+}
+
+#[test]
+fn invalid_values_are_rejected_with_a_readable_message() {
+    for (value, needle) in [
+        ("unknownKey=1", "unknownKey"),
+        ("registry.nodeAdress=localhost", "nodeAdress"),
+        ("replicaCount=0", "/replicaCount"),
+        ("logging.format=xml", "/logging/format"),
+        ("registry.gracePeriod=soon", "/registry/gracePeriod"),
+        ("registry.helpUrl=wiki", "/registry/helpUrl"),
+        ("registry.builtin=maybe", "/registry/builtin"),
+        ("replicaCount=3", "leaderElection.enabled"),
+    ] {
+        let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{value} was accepted");
+        assert!(stderr.contains(needle), "{value}: {stderr}");
+    }
+}
+
+#[test]
+fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
+    let rendered = ok(tool(
+        "helm",
+        &["template", "local-registry-publisher", &chart(), "--namespace", "local-registry-publisher"],
+    ));
+    let committed = std::fs::read_to_string(root().join("deploy/local-registry-publisher.yaml")).expect("deploy/");
+    let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
+    assert_eq!(body, rendered, "deploy/ is stale: run `make manifests`");
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let chart_yaml = std::fs::read_to_string(root().join("charts/local-registry-publisher/Chart.yaml")).expect("Chart");
+    let version = cargo.lines().find_map(|l| l.strip_prefix("version = ")).expect("crate version").trim_matches('"');
+    assert!(chart_yaml.contains(&format!("appVersion: \"{version}\"")), "appVersion follows the crate version");
+}
+
+#[tokio::test]
+async fn the_rendered_manifests_pass_a_server_side_dry_run() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await.unwrap();
+    plane.namespace(&client, "dryrun").await.unwrap();
+    let namespace = ok(tool("kubectl", &["get", "ns", "-o", "name"]));
+    let ns = namespace.lines().find_map(|l| l.strip_prefix("namespace/").filter(|n| n.starts_with("dryrun-"))).unwrap();
+    let rendered = ok(tool(
+        "helm",
+        &[
+            "template",
+            "dry",
+            &chart(),
+            "-n",
+            ns,
+            "--set",
+            "leaderElection.enabled=true,replicaCount=2,podDisruptionBudget.enabled=true",
+        ],
+    ));
+    ok(stdin_tool("kubectl", &["apply", "--server-side", "--dry-run=server", "-f", "-"], &rendered));
+    // A namespace created in a dry run does not exist for the dry run of what goes into it.
+    ok(tool("kubectl", &["apply", "--server-side", "-f", &root().join("deploy/namespace.yaml").display().to_string()]));
+    let manifests = std::fs::read_to_string(root().join("deploy/local-registry-publisher.yaml")).unwrap();
+    ok(stdin_tool("kubectl", &["apply", "--server-side", "--dry-run=server", "-f", "-"], &manifests));
+}
+
+#[tokio::test]
+async fn helm_install_upgrade_and_uninstall_leave_nothing_behind() {
+    let release = "lifecycle";
+    let ns = "lrp-lifecycle";
+    ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--wait", "--timeout", "120s"]));
+    let status = ok(tool("helm", &["status", release, "-n", ns]));
+    assert!(status.contains("STATUS: deployed") && status.contains("kubectl label service"), "{status}");
+    ok(tool(
+        "helm",
+        &[
+            "upgrade",
+            release,
+            &chart(),
+            "-n",
+            ns,
+            "--wait",
+            "--timeout",
+            "120s",
+            "--set",
+            "replicaCount=2,leaderElection.enabled=true,podDisruptionBudget.enabled=true",
+        ],
+    ));
+    let leader_role = ok(tool("kubectl", &["get", "role", "-n", ns, "-o", "name"]));
+    assert!(leader_role.contains("lifecycle-local-registry-publisher-leader"), "{leader_role}");
+    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait"]));
+
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let kinds = "deployments,replicasets,pods,serviceaccounts,roles,rolebindings,services,poddisruptionbudgets";
+    let left = wait_until(Duration::from_secs(60), || async {
+        let namespaced = ok(tool("kubectl", &["get", kinds, "-A", "-l", &selector, "-o", "name"]));
+        let cluster = ok(tool("kubectl", &["get", "clusterroles,clusterrolebindings", "-l", &selector, "-o", "name"]));
+        let all = namespaced + &cluster;
+        all.trim().is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        left.is_some(),
+        "objects remain after uninstall: {}",
+        ok(tool("kubectl", &["get", kinds, "-A", "-l", &selector, "-o", "name"]))
+    );
+}
+
+/// A kubeconfig that authenticates with `token` and nothing else.
+fn token_kubeconfig(token: &str, name: &str) -> PathBuf {
+    let plane = ControlPlane::shared();
+    let path = plane.dir().join(format!("{name}.kubeconfig"));
+    let ca = plane.dir().join("pki/ca.crt");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+             users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+            plane.server(),
+            ca.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn client_for(kubeconfig: &Path) -> kube::Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what} should be forbidden, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_more() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let (release, ns) = ("rbac", "lrp-rbac");
+    ok(tool(
+        "helm",
+        &[
+            "install",
+            release,
+            &chart(),
+            "-n",
+            ns,
+            "--create-namespace",
+            "--set",
+            "leaderElection.enabled=true,replicaCount=2",
+        ],
+    ));
+    let sa = "rbac-local-registry-publisher";
+    let token = ok(tool("kubectl", &["create", "token", sa, "-n", ns, "--duration", "1h"]));
+    let kubeconfig = token_kubeconfig(token.trim(), "controller");
+    let replica = || {
+        Controller::start(&[
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--leader-elect-namespace={ns}"),
+            "--leader-elect".into(),
+            "--leader-elect-lease-name=rbac-local-registry-publisher".into(),
+            "--leader-elect-lease-duration=5s".into(),
+            "--no-builtin-registries".into(),
+        ])
+    };
+    let first = replica();
+    let second = replica();
+
+    // The chart's defaults publish to kube-public/local-registry-hosting.
+    let regns = plane.namespace(&admin, "rbac-registry").await.unwrap();
+    apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
+    let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
+    let wanted = |port: u16| format!("zot.{regns}.svc.cluster.local:{port}");
+    let published = |port: u16| {
+        let public = public.clone();
+        let wanted = wanted(port);
+        async move {
+            wait_until(SOON, || async {
+                let text =
+                    public.get_opt("local-registry-hosting").await.ok()??.data?.get("localRegistryHosting.v1")?.clone();
+                text.contains(&wanted).then_some(())
+            })
+            .await
+        }
+    };
+    assert!(
+        published(5000).await.is_some(),
+        "published as the ServiceAccount; logs:\n{}\n{}",
+        first.logs(),
+        second.logs()
+    );
+
+    // Events on the Service it reports on.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &regns);
+    let recorded = wait_until(SOON, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Published"))
+    })
+    .await;
+    assert!(recorded.is_some(), "a Published Event was recorded");
+
+    // Fail over: kill whichever leads; the other publishes the next change with the same identity's grants.
+    let leader = wait_until(SOON, || async {
+        [
+            first.metric("leader_election_master_status{name=\"local-registry-publisher\"}"),
+            second.metric("leader_election_master_status{name=\"local-registry-publisher\"}"),
+        ]
+        .iter()
+        .position(|m| *m == Some(1.0))
+    })
+    .await
+    .expect("a leader");
+    let (mut dying, survivor) = if leader == 0 { (first, second) } else { (second, first) };
+    dying.signal("KILL");
+    dying.wait_exit(Duration::from_secs(5));
+    apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5001}]}))).await;
+    assert!(published(5001).await.is_some(), "the survivor published; logs:\n{}", survivor.logs());
+    assert!(!survivor.logs().contains("Forbidden"), "no request was denied:\n{}", survivor.logs());
+
+    // And nothing beyond its grants.
+    let controller = client_for(&kubeconfig).await;
+    let other =
+        serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "not-ours"}, "data": {"a": "b"}})).unwrap();
+    let kube_public: Api<ConfigMap> = Api::namespaced(controller.clone(), "kube-public");
+    forbidden(kube_public.create(&PostParams::default(), &other).await, "creating another ConfigMap in kube-public");
+    forbidden(
+        kube_public.patch("cluster-info", &PatchParams::apply("x"), &Patch::Apply(&other)).await,
+        "patching kube-public/cluster-info",
+    );
+    forbidden(kube_public.list(&Default::default()).await, "listing every ConfigMap in kube-public");
+    forbidden(Api::<Secret>::namespaced(controller.clone(), ns).list(&Default::default()).await, "listing Secrets");
+    forbidden(Api::<Secret>::all(controller.clone()).list(&Default::default()).await, "listing Secrets cluster-wide");
+    let svc = serde_json::from_value::<Service>(json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 1}]}}))
+        .unwrap();
+    forbidden(
+        Api::<Service>::namespaced(controller.clone(), &regns).create(&PostParams::default(), &svc).await,
+        "creating a Service",
+    );
+    forbidden(
+        Api::<Service>::namespaced(controller.clone(), &regns).delete("zot", &DeleteParams::default()).await,
+        "deleting a Service",
+    );
+    let cm_elsewhere: Api<ConfigMap> = Api::namespaced(controller.clone(), &regns);
+    forbidden(cm_elsewhere.create(&PostParams::default(), &other).await, "creating a ConfigMap outside kube-public");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(controller.clone(), ns);
+    forbidden(leases.delete("rbac-local-registry-publisher", &DeleteParams::default()).await, "deleting its Lease");
+    forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(controller.clone(), "kube-system")
+            .list(&Default::default())
+            .await,
+        "reading other Leases",
+    );
+
+    // Every authenticated identity may read the published ConfigMap, and only it.
+    let reader_token = ok(tool("kubectl", &["create", "token", "default", "-n", &regns]));
+    let reader = client_for(&token_kubeconfig(reader_token.trim(), "reader")).await;
+    let reader_public: Api<ConfigMap> = Api::namespaced(reader, "kube-public");
+    assert!(reader_public.get("local-registry-hosting").await.is_ok(), "in-cluster readers can get it");
+    forbidden(reader_public.get("not-there").await.map(|_: ConfigMap| ()), "reading other ConfigMaps in kube-public");
+
+    drop(survivor);
+    ok(tool("helm", &["uninstall", release, "-n", ns]));
+    public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
+}
