@@ -27,7 +27,7 @@ lint:
 manifests: tools
 	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
 	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \
-	    --namespace local-registry-publisher; } > deploy/local-registry-publisher.yaml
+	    --namespace local-registry-publisher --no-hooks; } > deploy/local-registry-publisher.yaml
 
 ## tools: build the pinned Go tools into ~/.cache/local-registry-publisher (minutes cold, instant warm)
 tools:

@@ -27,6 +27,7 @@ async fn main() {
             format!("--kubeconfig={}", plane.kubeconfig().display()),
             format!("--configmap-namespace={ns}"),
             "--log-level=warn".to_string(),
+            "--http-address=127.0.0.1:0".to_string(),
         ])
         .stdin(Stdio::null())
         .spawn()

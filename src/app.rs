@@ -46,6 +46,10 @@ pub async fn run(args: Args) -> ExitCode {
         }
     };
 
+    if args.withdraw {
+        return withdraw(client, &args.publish).await;
+    }
+
     let (stop, stopping) = watch::channel(false);
     let stopped = move || {
         let mut stopping = stopping.clone();
@@ -78,6 +82,46 @@ pub async fn run(args: Args) -> ExitCode {
     }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
     ExitCode::SUCCESS
+}
+
+/// Deletes the published ConfigMap if it carries our managed-by label; leaves anything else alone.
+async fn withdraw(client: Client, publish: &crate::config::PublishArgs) -> ExitCode {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, Preconditions};
+    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
+    let api: Api<ConfigMap> = Api::namespaced(client, &publish.configmap_namespace);
+    let existing = match api.get_opt(&publish.configmap_name).await {
+        Ok(existing) => existing,
+        Err(error) => {
+            error!(configmap = %target, %error, "cannot read the published ConfigMap");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(configmap) = existing else {
+        info!(configmap = %target, "nothing to withdraw");
+        return ExitCode::SUCCESS;
+    };
+    if !crate::plan::Existing::from_configmap(&configmap).owned {
+        info!(configmap = %target, "not withdrawn: another tool wrote it");
+        return ExitCode::SUCCESS;
+    }
+    let preconditions = Preconditions {
+        uid: configmap.metadata.uid.clone(),
+        resource_version: configmap.metadata.resource_version.clone(),
+    };
+    match api
+        .delete(&publish.configmap_name, &DeleteParams { preconditions: Some(preconditions), ..Default::default() })
+        .await
+    {
+        Ok(_) => {
+            info!(configmap = %target, "withdrawn");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            error!(configmap = %target, %error, "cannot delete the published ConfigMap");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn lease_settings(operation: &OperationArgs) -> LeaseSettings {

@@ -35,6 +35,11 @@ pub struct Args {
     #[arg(long, env = "LRP_CONTEXT")]
     pub context: Option<String>,
 
+    /// Delete the published ConfigMap if this controller wrote it, then exit instead of running (the chart's
+    /// uninstall hook uses it, so readers are not left with a stale registry).
+    #[arg(long, env = "LRP_WITHDRAW")]
+    pub withdraw: bool,
+
     /// Log format.
     #[arg(long, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

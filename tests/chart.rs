@@ -114,7 +114,7 @@ fn invalid_values_are_rejected_with_a_readable_message() {
 fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     let rendered = ok(tool(
         "helm",
-        &["template", "local-registry-publisher", &chart(), "--namespace", "local-registry-publisher"],
+        &["template", "local-registry-publisher", &chart(), "--namespace", "local-registry-publisher", "--no-hooks"],
     ));
     let committed = std::fs::read_to_string(root().join("deploy/local-registry-publisher.yaml")).expect("deploy/");
     let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
@@ -178,7 +178,7 @@ async fn helm_install_upgrade_and_uninstall_leave_nothing_behind() {
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait"]));
 
     let selector = format!("app.kubernetes.io/instance={release}");
-    let kinds = "deployments,replicasets,pods,serviceaccounts,roles,rolebindings,services,poddisruptionbudgets";
+    let kinds = "deployments,replicasets,pods,jobs,serviceaccounts,roles,rolebindings,services,poddisruptionbudgets";
     let left = wait_until(Duration::from_secs(60), || async {
         let namespaced = ok(tool("kubectl", &["get", kinds, "-A", "-l", &selector, "-o", "name"]));
         let cluster = ok(tool("kubectl", &["get", "clusterroles,clusterrolebindings", "-l", &selector, "-o", "name"]));
@@ -359,7 +359,26 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     assert!(reader_public.get("local-registry-hosting").await.is_ok(), "in-cluster readers can get it");
     forbidden(reader_public.get("not-there").await.map(|_: ConfigMap| ()), "reading other ConfigMaps in kube-public");
 
+    // The uninstall hook's --withdraw, as the same identity: our ConfigMap goes, a foreign one stays.
     drop(survivor);
-    ok(tool("helm", &["uninstall", release, "-n", ns]));
+    let withdraw = |extra: &[&str]| {
+        let mut command = std::process::Command::new(support::binary::BINARY);
+        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("--withdraw").args(extra);
+        command.output().expect("run --withdraw")
+    };
+    let output = withdraw(&[]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(public.get_opt("local-registry-hosting").await.unwrap().is_none(), "withdrawn");
+    let foreign = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "local-registry-hosting"},
+        "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}}))
+    .unwrap();
+    public.create(&PostParams::default(), &foreign).await.expect("a foreign ConfigMap");
+    let output = withdraw(&[]);
+    assert!(output.status.success() && String::from_utf8_lossy(&output.stderr).contains("another tool wrote it"));
+    assert!(
+        public.get_opt("local-registry-hosting").await.unwrap().is_some(),
+        "a foreign ConfigMap is never withdrawn"
+    );
     public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
+    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }

@@ -37,6 +37,8 @@ pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     let mut child = Command::new(controller)
         .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
         .arg("--help-url=https://github.com/local-registry-publisher/local-registry-publisher#readme")
+        // Any free port: the demo must not depend on 8080 being free.
+        .arg("--http-address=127.0.0.1:0")
         .stdin(Stdio::null())
         .spawn()
         .map_err(|source| Error::Spawn { program: controller.to_path_buf(), source })?;
