@@ -38,12 +38,7 @@ fn registry_on_port(port: u16) -> serde_json::Value {
 
 async fn wait_port(scenario: &Scenario, port: u16) -> Duration {
     let started = Instant::now();
-    let wanted = format!("zot.{}.svc.cluster.local:{port}", scenario.ns);
-    scenario
-        .wait_published(&format!("port {port}"), |d| {
-            d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some(wanted.as_str())
-        })
-        .await;
+    scenario.wait_cluster_host("zot", port).await;
     started.elapsed()
 }
 

@@ -34,7 +34,6 @@ async fn outage(component: &str, s: &Scenario, controller: &mut Controller, port
 
     // Change the registry and tamper with the ConfigMap right after the restart, before the controller has
     // necessarily noticed: it must converge on its own.
-    let wanted = format!("zot.{}.svc.cluster.local:{port}", s.ns);
     let client = plane.client().await.expect("client");
     wait_until(Duration::from_secs(60), || async {
         let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
@@ -44,10 +43,7 @@ async fn outage(component: &str, s: &Scenario, controller: &mut Controller, port
     .expect("the API server answers again");
     s.apply(registry_on_port(port)).await;
     let recovered = Instant::now();
-    s.wait_published(&format!("port {port} after the {component} outage"), |d| {
-        d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some(wanted.as_str())
-    })
-    .await;
+    s.wait_cluster_host("zot", port).await;
     println!("{component} outage: ConfigMap correct {:.1} s after the change", recovered.elapsed().as_secs_f64());
     assert!(ready_is(controller, 200).await, "/readyz turns true again after the {component} outage");
     assert!(controller.running(), "no restart was needed");

@@ -145,10 +145,7 @@ async fn an_ambiguous_port_is_reported_not_guessed_and_the_annotation_resolves_i
 
     let named = json!({"ports": [{"name": "http", "port": 80}, {"name": "registry", "port": 5000}]});
     s.apply(service("zot", registry_label(), json!({}), named)).await;
-    s.wait_published("the port named registry", |d| {
-        d.as_ref().and_then(|d| d.host_from_cluster_network.clone()) == Some(cluster_host(&s, "zot", 5000))
-    })
-    .await;
+    s.wait_cluster_host("zot", 5000).await;
 }
 
 // 3. Values: NodePort, LoadBalancer, overrides.
@@ -375,18 +372,12 @@ async fn the_highest_priority_registry_wins_losers_are_told_and_the_next_takes_o
     let _run = s.start();
     s.apply(selectorless("harbor", "ClusterIP", json!({}))).await;
     s.apply(selectorless("zot", "ClusterIP", json!({"local-registry-publisher.io/priority": "10"}))).await;
-    s.wait_published("the priority winner", |d| {
-        d.as_ref().and_then(|d| d.host_from_cluster_network.clone()) == Some(cluster_host(&s, "zot", 5000))
-    })
-    .await;
+    s.wait_cluster_host("zot", 5000).await;
     let note = s.wait_event("harbor", "NotPublished").await;
     assert!(note.contains(&format!("{}/zot", s.ns)), "the loser's Event names the winner: {note}");
 
     s.delete("v1", "Service", "zot").await;
-    s.wait_published("the next registry", |d| {
-        d.as_ref().and_then(|d| d.host_from_cluster_network.clone()) == Some(cluster_host(&s, "harbor", 5000))
-    })
-    .await;
+    s.wait_cluster_host("harbor", 5000).await;
 }
 
 // 9. Invalid input.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
-use super::watches::{Signals, WatchKey, WatchSet};
+use super::watches::{Signals, WatchKey, WatchSet, WatchState};
 use crate::config::PublishArgs;
 use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, Workload};
 
@@ -78,33 +78,30 @@ impl Watches {
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
     }
 
+    /// Every watch set, for questions asked of all of them.
+    fn all(&self) -> [&dyn WatchState; 11] {
+        [
+            &self.labelled_services,
+            &self.deployments,
+            &self.statefulsets,
+            &self.daemonsets,
+            &self.builtin_services,
+            &self.proxies,
+            &self.configmap,
+            &self.namespace_services,
+            &self.pods,
+            &self.endpoint_slices,
+            &self.nodes,
+        ]
+    }
+
     pub(super) fn synced(&self) -> bool {
-        self.labelled_services.synced()
-            && self.deployments.synced()
-            && self.statefulsets.synced()
-            && self.daemonsets.synced()
-            && self.builtin_services.synced()
-            && self.proxies.synced()
-            && self.configmap.synced()
-            && self.namespace_services.synced()
-            && self.pods.synced()
-            && self.endpoint_slices.synced()
-            && self.nodes.synced()
+        self.all().iter().all(|w| w.synced())
     }
 
     /// Whether every watch task is still running.
     pub(super) fn alive(&self) -> bool {
-        self.labelled_services.alive()
-            && self.deployments.alive()
-            && self.statefulsets.alive()
-            && self.daemonsets.alive()
-            && self.builtin_services.alive()
-            && self.proxies.alive()
-            && self.configmap.alive()
-            && self.namespace_services.alive()
-            && self.pods.alive()
-            && self.endpoint_slices.alive()
-            && self.nodes.alive()
+        self.all().iter().all(|w| w.alive())
     }
 
     pub(super) fn snapshot(&self) -> Cluster {

@@ -103,6 +103,24 @@ impl<K: Resource<DynamicType = ()> + 'static> Drop for Running<K> {
     }
 }
 
+/// What the reconcile loop asks of every watch set, whatever its kind.
+pub trait WatchState {
+    /// Whether every watch has listed its objects at least once.
+    fn synced(&self) -> bool;
+    /// Whether every watch task is still running (they only end when stopped).
+    fn alive(&self) -> bool;
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> WatchState for WatchSet<K> {
+    fn synced(&self) -> bool {
+        self.running.values().all(|r| r.synced.load(Ordering::Acquire))
+    }
+
+    fn alive(&self) -> bool {
+        self.running.values().all(|r| !r.task.is_finished())
+    }
+}
+
 type ApiFor<K> = fn(Client, Option<&str>) -> Api<K>;
 
 /// Where every watch reports: a change to reconcile, a failure to count, the API server's reachability.
@@ -174,16 +192,6 @@ where
     /// Every object the watches hold.
     pub fn objects(&self) -> Vec<Arc<K>> {
         self.running.values().flat_map(|r| r.store.state()).collect()
-    }
-
-    /// Whether every watch task is still running (they only end when stopped).
-    pub fn alive(&self) -> bool {
-        self.running.values().all(|r| !r.task.is_finished())
-    }
-
-    /// Whether every watch has listed its objects at least once.
-    pub fn synced(&self) -> bool {
-        self.running.values().all(|r| r.synced.load(Ordering::Acquire))
     }
 
     fn start(&self, key: &WatchKey) -> Running<K> {

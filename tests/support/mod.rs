@@ -118,6 +118,16 @@ impl Scenario {
             .expect("a document")
     }
 
+    /// Waits until `hostFromClusterNetwork` names `service` in this namespace on `port`.
+    pub async fn wait_cluster_host(&self, service: &str, port: u16) -> LocalRegistryHostingV1 {
+        let wanted = format!("{service}.{}.svc.cluster.local:{port}", self.ns);
+        self.wait_published(&format!("hostFromClusterNetwork {wanted}"), |d| {
+            d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some(wanted.as_str())
+        })
+        .await
+        .expect("a document")
+    }
+
     /// Creates or updates any namespaced object from JSON (apiVersion, kind and metadata.name required).
     pub async fn apply(&self, manifest: Value) {
         apply_in(&self.client, &self.ns, manifest).await;
