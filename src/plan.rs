@@ -115,7 +115,7 @@ pub fn decide(
     for registry in registries {
         if let Err(problem) = &registry.document {
             notices.push(warning(registry, problem.reason, problem.message.clone()));
-        } else if Some(registry.id.clone()) != winner.map(|w| w.id.clone()) {
+        } else if winner.is_none_or(|w| w.id != registry.id) {
             let message = match winner {
                 Some(w) if eligible(registry) => format!(
                     "not published: registry {} ranks higher (priority {} vs {}, then oldest, then by name)",

@@ -23,7 +23,6 @@ use crate::plan::{self, Action, Existing, MANAGER, Readiness};
 use crate::registry;
 use cluster::Watches;
 use watches::Signals;
-pub use watches::WatchKey;
 
 /// Changes that arrive this close together are handled in one pass.
 const SETTLE: Duration = Duration::from_millis(20);

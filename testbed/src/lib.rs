@@ -5,6 +5,7 @@
 //! Tests in one binary share one control plane ([`ControlPlane::shared`]) and isolate themselves in a fresh
 //! namespace each ([`ControlPlane::namespace`]). Nothing outlives the process: see [`process`].
 
+mod components;
 pub mod demo;
 mod pki;
 mod process;
@@ -53,19 +54,12 @@ pub enum Error {
     UnknownComponent(String),
 }
 
-/// How to (re)start one component.
-#[derive(Clone, Debug)]
-struct Recipe {
-    program: PathBuf,
-    args: Vec<String>,
-}
-
 pub struct ControlPlane {
     dir: PathBuf,
     kubeconfig: PathBuf,
     server: String,
     tools: PathBuf,
-    recipes: BTreeMap<String, Recipe>,
+    recipes: BTreeMap<String, components::Recipe>,
     /// In start order; stopped in reverse.
     running: Mutex<Vec<Component>>,
     _watchdog: process::Watchdog,
@@ -100,11 +94,11 @@ impl ControlPlane {
         let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
         let server = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki))?;
+        std::fs::write(&kubeconfig, components::kubeconfig_yaml(&server, &pki))?;
         std::fs::write(dir.join("kwok.yaml"), std::fs::read(tools.join("kwok-stages.yaml"))?)?;
 
-        let mut plane = Self {
-            recipes: recipes(
+        let plane = Self {
+            recipes: components::recipes(
                 &tools,
                 &dir,
                 &pki,
@@ -118,12 +112,12 @@ impl ControlPlane {
             running: Mutex::new(Vec::new()),
             _watchdog: watchdog,
         };
-        plane.launch("etcd")?;
+        plane.start_component("etcd")?;
         plane.wait_for("etcd to be healthy", || async move { etcd_healthy(etcd_port) }).await?;
-        plane.launch("kube-apiserver")?;
+        plane.start_component("kube-apiserver")?;
         let client = plane.wait_for_client().await?;
         for name in ["kube-controller-manager", "kube-scheduler", "kwok"] {
-            plane.launch(name)?;
+            plane.start_component(name)?;
         }
         plane
             .wait_for("namespace kube-public", || {
@@ -220,10 +214,6 @@ impl ControlPlane {
         drop(self);
     }
 
-    fn launch(&mut self, name: &str) -> Result<(), Error> {
-        self.start_component(name)
-    }
-
     fn lock_running(&self) -> std::sync::MutexGuard<'_, Vec<Component>> {
         self.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -281,118 +271,6 @@ impl Drop for ControlPlane {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn recipes(tools: &Path, dir: &Path, pki: &pki::Pki, kubeconfig: &Path, ports: [u16; 6]) -> BTreeMap<String, Recipe> {
-    let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = ports;
-    let path = |p: &Path| p.display().to_string();
-    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
-    let always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
-    let table: [(&str, Vec<String>); 5] = [
-        (
-            "etcd",
-            vec![
-                "--name=testbed".into(),
-                format!("--data-dir={}", path(&dir.join("etcd"))),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=testbed={peer_url}"),
-                "--unsafe-no-fsync=true".into(),
-                "--log-level=warn".into(),
-            ],
-        ),
-        (
-            "kube-apiserver",
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                // Without it the API server looks for a default route, which sandboxes may not have.
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", path(&pki.serving_cert)),
-                format!("--tls-private-key-file={}", path(&pki.serving_key)),
-                format!("--client-ca-file={}", path(&pki.ca_cert)),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", path(&pki.service_account_public_key)),
-                format!("--service-account-signing-key-file={}", path(&pki.service_account_key)),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                "--authorization-mode=Node,RBAC".into(),
-                "--allow-privileged=true".into(),
-                "--endpoint-reconciler-type=none".into(),
-            ],
-        ),
-        (
-            "kube-controller-manager",
-            vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                format!("--authentication-kubeconfig={}", path(kubeconfig)),
-                format!("--authorization-kubeconfig={}", path(kubeconfig)),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={kcm_port}"),
-                format!("--root-ca-file={}", path(&pki.ca_cert)),
-                format!("--service-account-private-key-file={}", path(&pki.service_account_key)),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                always_allow.clone(),
-            ],
-        ),
-        (
-            "kube-scheduler",
-            vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                format!("--authentication-kubeconfig={}", path(kubeconfig)),
-                format!("--authorization-kubeconfig={}", path(kubeconfig)),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={scheduler_port}"),
-                always_allow,
-            ],
-        ),
-        (
-            "kwok",
-            vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                format!("--config={}", path(&dir.join("kwok.yaml"))),
-                "--manage-all-nodes=false".into(),
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
-                format!("--cidr={POD_CIDR}"),
-                format!("--node-ip={NODE_IP}"),
-                "--node-lease-duration-seconds=40".into(),
-                format!("--server-address=127.0.0.1:{kwok_port}"),
-            ],
-        ),
-    ];
-    table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: tools.join(name), args })).collect()
-}
-
-fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: testbed
-  cluster:
-    server: {server}
-    certificate-authority: {ca}
-users:
-- name: admin
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-contexts:
-- name: testbed
-  context:
-    cluster: testbed
-    user: admin
-current-context: testbed
-",
-        ca = pki.ca_cert.display(),
-        cert = pki.admin_cert.display(),
-        key = pki.admin_key.display(),
-    )
 }
 
 async fn create_node(client: &Client) -> Result<(), Error> {

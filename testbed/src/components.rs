@@ -1,0 +1,133 @@
+//! How each component is started: its binary and flags (those kwokctl's binary runtime and envtest use), and the
+//! admin kubeconfig they share.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::pki::Pki;
+use crate::{NODE_IP, POD_CIDR, SERVICE_CIDR};
+
+/// How to (re)start one component.
+#[derive(Clone, Debug)]
+pub(crate) struct Recipe {
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<String>,
+}
+
+pub(crate) fn recipes(
+    tools: &Path,
+    dir: &Path,
+    pki: &Pki,
+    kubeconfig: &Path,
+    ports: [u16; 6],
+) -> BTreeMap<String, Recipe> {
+    let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = ports;
+    let path = |p: &Path| p.display().to_string();
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+    let always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
+    let table: [(&str, Vec<String>); 5] = [
+        (
+            "etcd",
+            vec![
+                "--name=testbed".into(),
+                format!("--data-dir={}", path(&dir.join("etcd"))),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=testbed={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        ),
+        (
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                // Without it the API server looks for a default route, which sandboxes may not have.
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", path(&pki.serving_cert)),
+                format!("--tls-private-key-file={}", path(&pki.serving_key)),
+                format!("--client-ca-file={}", path(&pki.ca_cert)),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", path(&pki.service_account_public_key)),
+                format!("--service-account-signing-key-file={}", path(&pki.service_account_key)),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--authorization-mode=Node,RBAC".into(),
+                "--allow-privileged=true".into(),
+                "--endpoint-reconciler-type=none".into(),
+            ],
+        ),
+        (
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--authentication-kubeconfig={}", path(kubeconfig)),
+                format!("--authorization-kubeconfig={}", path(kubeconfig)),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--root-ca-file={}", path(&pki.ca_cert)),
+                format!("--service-account-private-key-file={}", path(&pki.service_account_key)),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                always_allow.clone(),
+            ],
+        ),
+        (
+            "kube-scheduler",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--authentication-kubeconfig={}", path(kubeconfig)),
+                format!("--authorization-kubeconfig={}", path(kubeconfig)),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={scheduler_port}"),
+                always_allow,
+            ],
+        ),
+        (
+            "kwok",
+            vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                format!("--config={}", path(&dir.join("kwok.yaml"))),
+                "--manage-all-nodes=false".into(),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+                format!("--cidr={POD_CIDR}"),
+                format!("--node-ip={NODE_IP}"),
+                "--node-lease-duration-seconds=40".into(),
+                format!("--server-address=127.0.0.1:{kwok_port}"),
+            ],
+        ),
+    ];
+    table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: tools.join(name), args })).collect()
+}
+
+pub(crate) fn kubeconfig_yaml(server: &str, pki: &Pki) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: admin
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: testbed
+  context:
+    cluster: testbed
+    user: admin
+current-context: testbed
+",
+        ca = pki.ca_cert.display(),
+        cert = pki.admin_cert.display(),
+        key = pki.admin_key.display(),
+    )
+}
