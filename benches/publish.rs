@@ -1,6 +1,7 @@
 //! Measures the real controller binary on the local control plane and prints numbers (never asserts on them):
 //! - latency from a Service change to the ConfigMap showing it, over 20 nodePort changes, seen through a watch;
-//! - the controller's resident memory at idle, then again after the cluster grows by unrelated objects.
+//! - the controller's resident memory at idle, then again after the cluster grows by unrelated objects;
+//! - the control plane's peak resident memory over the run.
 //!
 //! Run with `make bench`.
 
@@ -97,6 +98,18 @@ async fn main() {
 
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
+
+    // The control plane's own footprint over this whole run: each component's peak resident memory.
+    let peaks: Vec<(String, u64)> =
+        plane.pids().into_iter().map(|(name, pid)| (name, status_kib(pid, "VmHWM:").unwrap_or(0))).collect();
+    let total: u64 = peaks.iter().map(|(_, kib)| kib).sum();
+    let each: Vec<String> = peaks.iter().map(|(name, kib)| format!("{name} {} MiB", kib / 1024)).collect();
+    println!("control plane peak resident memory: {} MiB in all ({})", total / 1024, each.join(", "));
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 async fn wait_for(hosts: &mut (impl futures::Stream<Item = String> + Unpin), host: &str) {

@@ -44,7 +44,14 @@ key_of() {
     sha256sum | cut -c1-12
 }
 
-ldflags_of() { if [ "$1" = k8s ]; then k8s_ldflags; else echo "-s -w"; fi; }
+# Stamp the pinned version where a tool reports it (helm's source says only "v4.3").
+ldflags_of() {
+  case $1 in
+    k8s) k8s_ldflags ;;
+    helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$(module_version helm helm.sh/helm/v4)" ;;
+    *) echo "-s -w" ;;
+  esac
+}
 
 # kwok exits with "no stages found" unless it is given Stage objects; its module ships the standard ones.
 kwok_stages() {
