@@ -40,7 +40,8 @@ fn a_killed_testbed_leaves_no_process_and_no_directory() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && !(pgids.iter().all(|&pid| dead(pid)) && !dir.exists()) {
+    let cleaned_up = || pgids.iter().all(|&pid| dead(pid)) && !dir.exists();
+    while !cleaned_up() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     let alive: Vec<i32> = pgids.iter().copied().filter(|&pid| !dead(pid)).collect();
