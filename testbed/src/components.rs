@@ -25,7 +25,19 @@ pub(crate) fn recipes(
     let path = |p: &Path| p.display().to_string();
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
     let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
-    let always_allow = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string();
+    // The flags the controller-manager and the scheduler share: the admin kubeconfig for everything, no leader
+    // election, a loopback secure port whose health and metrics paths need no authorization.
+    let client_component = |port: u16| -> Vec<String> {
+        vec![
+            format!("--kubeconfig={}", path(kubeconfig)),
+            format!("--authentication-kubeconfig={}", path(kubeconfig)),
+            format!("--authorization-kubeconfig={}", path(kubeconfig)),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+        ]
+    };
     let table: [(&str, Vec<String>); 5] = [
         (
             "etcd",
@@ -63,31 +75,17 @@ pub(crate) fn recipes(
         ),
         (
             "kube-controller-manager",
-            vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                format!("--authentication-kubeconfig={}", path(kubeconfig)),
-                format!("--authorization-kubeconfig={}", path(kubeconfig)),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={kcm_port}"),
-                format!("--root-ca-file={}", path(&pki.ca_cert)),
-                format!("--service-account-private-key-file={}", path(&pki.service_account_key)),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                always_allow.clone(),
-            ],
+            [
+                client_component(kcm_port),
+                vec![
+                    format!("--root-ca-file={}", path(&pki.ca_cert)),
+                    format!("--service-account-private-key-file={}", path(&pki.service_account_key)),
+                    format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                ],
+            ]
+            .concat(),
         ),
-        (
-            "kube-scheduler",
-            vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                format!("--authentication-kubeconfig={}", path(kubeconfig)),
-                format!("--authorization-kubeconfig={}", path(kubeconfig)),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={scheduler_port}"),
-                always_allow,
-            ],
-        ),
+        ("kube-scheduler", client_component(scheduler_port)),
         (
             "kwok",
             vec![
