@@ -113,6 +113,8 @@ fn overridden(service: &Service, key: &'static str, derived: Option<String>) -> 
     }
     let field = match key {
         annotations::HOST => LocalRegistryHostingV1 { host: Some(value.into()), ..Default::default() },
+        // Checked alone, a runtime host would break "no pull host without a push host"; the whole document is
+        // validated again after derivation, so the placeholder only lets this field's own rules speak.
         annotations::HOST_FROM_CONTAINER_RUNTIME => LocalRegistryHostingV1 {
             host: Some("localhost".into()),
             host_from_container_runtime: Some(value.into()),
