@@ -8,6 +8,11 @@ RUN cargo build --release --locked --bin local-registry-publisher
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/local-registry-publisher /usr/local/bin/local-registry-publisher
+# `make image` builds the same image without a Docker engine; tests/image.rs checks that the two agree.
+LABEL org.opencontainers.image.title="local-registry-publisher" \
+      org.opencontainers.image.description="Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/local-registry-publisher"]

@@ -2,17 +2,22 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up manifests
+.PHONY: demo test bench lint tools up manifests image
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
 	$(CARGO) build --quiet --bin local-registry-publisher -p local-registry-publisher
 	$(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
-## test: build the control-plane tools if needed, then run every unit and integration test
+## test: build the tools and the controller image if needed, then run every unit and integration test
 # Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
-test: tools
+test: tools image
 	$(CARGO) test --workspace -- --test-threads=8
+
+## image: the controller's OCI image from the release binary, without a Docker engine (target/image/)
+image:
+	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
+	$(CARGO) run --quiet -p testbed -- image target/release/local-registry-publisher target/image
 
 ## bench: publish latency and controller memory on the local control plane, printed (release build)
 bench: tools

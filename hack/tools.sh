@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned Go tools (Kubernetes control plane, etcd, kwok, helm) into a cache outside the work tree.
+# Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
+# crane, CoreDNS) into a cache outside the work tree, after installing the Debian packages they need.
 #
 #   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir      print that directory only (exit 1 when something is not built yet)
@@ -11,7 +12,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${LRP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-registry-publisher}
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly
+export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=readonly
 
 k8s_version=v1.36.3
 k8s_ldflags() {
@@ -26,16 +27,42 @@ k8s_ldflags() {
 
 # name | version | "output=package" pairs
 tools() {
-  echo "k8s|$k8s_version|kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubectl=k8s.io/kubernetes/cmd/kubectl"
+  local k=k8s.io/kubernetes/cmd c=github.com/containerd/containerd/v2/cmd p=github.com/containernetworking/plugins/plugins
+  echo "k8s|$k8s_version|kube-apiserver=$k/kube-apiserver kube-controller-manager=$k/kube-controller-manager kube-scheduler=$k/kube-scheduler kubectl=$k/kubectl kubelet=$k/kubelet kube-proxy=$k/kube-proxy"
   echo "etcd|$(module_version etcd go.etcd.io/etcd/server/v3)|etcd=go.etcd.io/etcd/server/v3"
   echo "kwok|$(module_version kwok sigs.k8s.io/kwok)|kwok=sigs.k8s.io/kwok/cmd/kwok"
   echo "helm|$(module_version helm helm.sh/helm/v4)|helm=helm.sh/helm/v4/cmd/helm"
+  echo "containerd|$(module_version containerd github.com/containerd/containerd/v2)|containerd=$c/containerd containerd-shim-runc-v2=$c/containerd-shim-runc-v2 ctr=$c/ctr"
+  echo "runc|$(module_version runc github.com/opencontainers/runc)|runc=github.com/opencontainers/runc"
+  echo "cni|$(module_version cni github.com/containernetworking/plugins)|bridge=$p/main/bridge host-local=$p/ipam/host-local loopback=$p/main/loopback portmap=$p/meta/portmap"
+  echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane"
+  echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
+}
+
+# Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
+# portmap plugin program iptables. Installed here so the README's two commands stay the only set-up.
+debian_packages="libseccomp-dev pkg-config iptables"
+ensure_debian_packages() {
+  local missing=() pkg
+  for pkg in $debian_packages; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} = 0 ] && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "[tools] missing Debian packages: ${missing[*]}; install them as root (apt-get install ${missing[*]})" >&2
+    return 1
+  fi
+  echo "[tools] installing Debian packages: ${missing[*]}" >&2
+  local log; log=$(mktemp)
+  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; } >"$log" 2>&1 ||
+    { echo "[tools] apt-get failed:" >&2; tail -n 20 "$log" >&2; rm -f "$log"; return 1; }
+  rm -f "$log"
 }
 
 module_version() { awk -v m="$2" '$1 == m { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "$root/tools/$1/go.mod"; }
 
 # Bump when the way a tool is built changes without its go.mod, targets or flags changing.
-recipe=1
+recipe=2
 
 # A build is keyed by everything that shapes it: the module pins, what is built, how, and by which Go.
 key_of() {
@@ -49,9 +76,24 @@ ldflags_of() {
   case $1 in
     k8s) k8s_ldflags ;;
     helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$(module_version helm helm.sh/helm/v4)" ;;
+    containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(module_version containerd github.com/containerd/containerd/v2)" ;;
+    runc) local v; v=$(module_version runc github.com/opencontainers/runc); echo "-s -w -X main.version=${v#v}" ;;
     *) echo "-s -w" ;;
   esac
 }
+
+# Build tags, as each project's own release builds use them.
+tags_of() {
+  case $1 in
+    k8s) echo "selinux,notest" ;;
+    containerd) echo "no_btrfs,no_devmapper" ;;
+    runc) echo "seccomp,netgo,osusergo" ;;
+    *) echo "" ;;
+  esac
+}
+
+# Only runc needs cgo (libseccomp); everything else is a static Go binary.
+cgo_of() { [ "$1" = runc ] && echo 1 || echo 0; }
 
 # kwok exits with "no stages found" unless it is given Stage objects; its module ships the standard ones.
 kwok_stages() {
@@ -85,7 +127,8 @@ build_tool() {
     local target out pkg
     for target in $targets; do
       out=${target%%=*}; pkg=${target#*=}
-      go build -v -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$dir.partial/bin/$out" "$pkg"
+      CGO_ENABLED=$(cgo_of "$name") go build -v -trimpath -tags "$(tags_of "$name")" -ldflags "$ldflags" \
+        -o "$dir.partial/bin/$out" "$pkg"
     done
   ) 2>"$log" || { kill $ticker 2>/dev/null; echo "[tools] building $name failed:" >&2; tail -n 40 "$log" >&2; rm -f "$log"; return 1; }
   kill $ticker 2>/dev/null || true
@@ -103,6 +146,7 @@ main() {
   [ "${1:-}" = "--dir" ] && only_dir=1
   local started all_keys="" line name version targets key dir missing=0
   started=$(date +%s)
+  [ $only_dir = 1 ] || ensure_debian_packages
   while IFS='|' read -r name version targets; do
     key=$(key_of "$name" "$targets")
     dir="$cache/tools/$name-$version-$key"

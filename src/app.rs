@@ -47,7 +47,7 @@ pub async fn run(args: Args) -> ExitCode {
     };
 
     if args.withdraw {
-        return withdraw(client, &args.publish).await;
+        return withdraw(client, &args).await;
     }
 
     let (stop, stopping) = watch::channel(false);
@@ -84,54 +84,30 @@ pub async fn run(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Deletes the published ConfigMap if it carries our managed-by label; leaves anything else alone.
-async fn withdraw(client: Client, publish: &crate::config::PublishArgs) -> ExitCode {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Api, DeleteParams, Preconditions};
-    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
-    let api: Api<ConfigMap> = Api::namespaced(client, &publish.configmap_namespace);
-    let existing = match api.get_opt(&publish.configmap_name).await {
-        Ok(existing) => existing,
+/// `--withdraw`: see [`crate::withdraw`].
+async fn withdraw(client: Client, args: &Args) -> ExitCode {
+    let namespace = pod_namespace();
+    let stop = args.stop_deployment.as_deref().map(|name| (namespace.as_str(), name));
+    match crate::withdraw::withdraw(client, &args.publish, stop).await {
+        Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
-            error!(configmap = %target, %error, "cannot read the published ConfigMap");
-            return ExitCode::FAILURE;
-        }
-    };
-    let Some(configmap) = existing else {
-        info!(configmap = %target, "nothing to withdraw");
-        return ExitCode::SUCCESS;
-    };
-    if !crate::plan::Existing::from_configmap(&configmap).owned {
-        info!(configmap = %target, "not withdrawn: another tool wrote it");
-        return ExitCode::SUCCESS;
-    }
-    let preconditions = Preconditions {
-        uid: configmap.metadata.uid.clone(),
-        resource_version: configmap.metadata.resource_version.clone(),
-    };
-    match api
-        .delete(&publish.configmap_name, &DeleteParams { preconditions: Some(preconditions), ..Default::default() })
-        .await
-    {
-        Ok(_) => {
-            info!(configmap = %target, "withdrawn");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            error!(configmap = %target, %error, "cannot delete the published ConfigMap");
+            error!("{error}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
-    let namespace = operation
-        .leader_elect_namespace
-        .clone()
-        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+/// The namespace this process runs in: POD_NAMESPACE, else the in-cluster service account's, else `default`.
+fn pod_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
         .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
         .map(|ns| ns.trim().to_string())
-        .unwrap_or_else(|| "default".into());
+        .unwrap_or_else(|| "default".into())
+}
+
+fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
+    let namespace = operation.leader_elect_namespace.clone().unwrap_or_else(pod_namespace);
     let identity =
         operation.leader_elect_identity.clone().or_else(|| std::env::var("POD_NAME").ok()).unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME")

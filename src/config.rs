@@ -40,6 +40,11 @@ pub struct Args {
     #[arg(long, env = "LRP_WITHDRAW")]
     pub withdraw: bool,
 
+    /// With --withdraw: first scale this Deployment (in POD_NAMESPACE) to zero and wait until its pods have
+    /// exited, so the controller it runs cannot publish again after the withdrawal. The chart's hook names its own.
+    #[arg(long, env = "LRP_STOP_DEPLOYMENT", value_name = "NAME", requires = "withdraw", value_parser = parse_dns_subdomain)]
+    pub stop_deployment: Option<String>,
+
     /// Log format.
     #[arg(long, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -6,7 +6,7 @@
 //! - [`plan`]: what to write, given the registries and what is published (pure).
 //! - [`controller`]: watches, the reconcile loop, Events.
 //! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`].
-//! - [`config`]: flags; [`app`]: wiring for the binary.
+//! - [`config`]: flags; [`app`]: wiring for the binary; [`withdraw`]: the chart's uninstall hook.
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -18,3 +18,4 @@ pub mod leader;
 pub mod metrics;
 pub mod plan;
 pub mod registry;
+pub mod withdraw;

@@ -1,7 +1,8 @@
 //! How each component is started: its binary and flags (those kwokctl's binary runtime and envtest use), and the
-//! admin kubeconfig they share.
+//! kubeconfig format they share.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use crate::pki::Pki;
@@ -19,6 +20,7 @@ pub(crate) fn recipes(
     dir: &Path,
     pki: &Pki,
     kubeconfig: &Path,
+    api_ip: Ipv4Addr,
     ports: [u16; 6],
 ) -> BTreeMap<String, Recipe> {
     let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = ports;
@@ -57,9 +59,9 @@ pub(crate) fn recipes(
             "kube-apiserver",
             vec![
                 format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
+                format!("--bind-address={api_ip}"),
                 // Without it the API server looks for a default route, which sandboxes may not have.
-                "--advertise-address=127.0.0.1".into(),
+                format!("--advertise-address={api_ip}"),
                 format!("--secure-port={api_port}"),
                 format!("--tls-cert-file={}", path(&pki.serving_cert)),
                 format!("--tls-private-key-file={}", path(&pki.serving_key)),
@@ -70,7 +72,13 @@ pub(crate) fn recipes(
                 format!("--service-cluster-ip-range={SERVICE_CIDR}"),
                 "--authorization-mode=Node,RBAC".into(),
                 "--allow-privileged=true".into(),
-                "--endpoint-reconciler-type=none".into(),
+                // On loopback no pod could use the `kubernetes` Service's endpoint; a real node's pods can.
+                format!("--endpoint-reconciler-type={}", if api_ip.is_loopback() { "none" } else { "lease" }),
+                // kubelet logs, exec and port-forward: dial the node by address (its name resolves nowhere), as a
+                // client the kubelet trusts.
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                format!("--kubelet-client-certificate={}", path(&pki.kubelet_client_cert)),
+                format!("--kubelet-client-key={}", path(&pki.kubelet_client_key)),
             ],
         ),
         (
@@ -103,7 +111,7 @@ pub(crate) fn recipes(
     table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: tools.join(name), args })).collect()
 }
 
-pub(crate) fn kubeconfig_yaml(server: &str, pki: &Pki) -> String {
+pub(crate) fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -124,8 +132,8 @@ contexts:
     user: admin
 current-context: testbed
 ",
-        ca = pki.ca_cert.display(),
-        cert = pki.admin_cert.display(),
-        key = pki.admin_key.display(),
+        ca = ca.display(),
+        cert = cert.display(),
+        key = key.display(),
     )
 }

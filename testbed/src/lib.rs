@@ -1,12 +1,15 @@
 //! A real, throw-away Kubernetes control plane for tests and the demo: etcd, kube-apiserver (TLS, RBAC,
 //! service-account signing), kube-controller-manager, kube-scheduler and kwok with one simulated node, all on free
-//! loopback ports in a fresh temporary directory.
+//! loopback ports in a fresh temporary directory. Optionally ([`Options::real_node`]) a real node joins it:
+//! containerd, runc, kubelet, kube-proxy and CoreDNS in a network namespace of its own (see [`node`]).
 //!
 //! Tests in one binary share one control plane ([`ControlPlane::shared`]) and isolate themselves in a fresh
 //! namespace each ([`ControlPlane::namespace`]). Nothing outlives the process: see [`process`].
 
 mod components;
 pub mod demo;
+pub mod image;
+pub mod node;
 mod pki;
 mod process;
 mod tools;
@@ -22,6 +25,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+pub use node::RealNode;
 pub use process::Component;
 
 /// The simulated node every pod is scheduled to.
@@ -29,7 +33,7 @@ pub const NODE_NAME: &str = "testbed-node";
 /// The InternalIP kwok gives that node.
 pub const NODE_IP: &str = "10.0.0.10";
 const POD_CIDR: &str = "10.244.0.0/16";
-const SERVICE_CIDR: &str = "10.96.0.0/16";
+pub(crate) const SERVICE_CIDR: &str = "10.96.0.0/16";
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +56,16 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0} is not a component of this control plane")]
     UnknownComponent(String),
+    #[error("this machine cannot run the testbed's real node: {0}")]
+    NodeUnsupported(String),
+}
+
+/// What to start besides the control plane.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// A real node (containerd, kubelet, kube-proxy, CoreDNS) beside the kwok one, which is then tainted. Needs
+    /// root and cgroups; without them starting fails with [`Error::NodeUnsupported`] naming what is missing.
+    pub real_node: bool,
 }
 
 pub struct ControlPlane {
@@ -62,6 +76,7 @@ pub struct ControlPlane {
     recipes: BTreeMap<String, components::Recipe>,
     /// In start order; stopped in reverse.
     running: Mutex<Vec<Component>>,
+    real_node: OnceLock<RealNode>,
     _watchdog: process::Watchdog,
 }
 
@@ -69,47 +84,80 @@ impl ControlPlane {
     /// The control plane shared by every test in this test binary, started on first use.
     pub fn shared() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| match ControlPlane::start() {
+        SHARED.get_or_init(|| Self::start_or_panic(Options::default()))
+    }
+
+    /// Like [`ControlPlane::shared`], with a real node (see [`Options::real_node`]).
+    pub fn shared_with_real_node() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true }))
+    }
+
+    fn start_or_panic(options: Options) -> ControlPlane {
+        match ControlPlane::start_with(options) {
             Ok(plane) => plane,
             Err(error) => panic!("the test control plane did not start: {error}"),
-        })
+        }
     }
 
     /// Starts every component and waits until the cluster can run pods. Blocking; safe to call from async code.
     pub fn start() -> Result<Self, Error> {
+        Self::start_with(Options::default())
+    }
+
+    /// [`ControlPlane::start`] with options.
+    pub fn start_with(options: Options) -> Result<Self, Error> {
         // kube's client needs a runtime, and the caller may already be inside one.
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(Self::start_async())
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(Self::start_async(options))
         })
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
-    async fn start_async() -> Result<Self, Error> {
+    async fn start_async(options: Options) -> Result<Self, Error> {
         let started = Instant::now();
+        if options.real_node {
+            node::host::preflight()?;
+        }
         let tools = tools::bin_dir()?;
         let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
-        let pki = pki::write(&dir.join("pki"))?;
+        let network = options.real_node.then(|| node::HostNetwork::create(&dir)).transpose()?;
+        // With a real node the API server listens on the machine's end of the node's veth, where pods and the
+        // node reach it too; otherwise on loopback.
+        let api_ip = network.as_ref().map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host_ip);
+        let pki = pki::write(&dir.join("pki"), api_ip)?;
         let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
-        let server = format!("https://127.0.0.1:{api_port}");
+        let server = format!("https://{api_ip}:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, components::kubeconfig_yaml(&server, &pki))?;
+        std::fs::write(
+            &kubeconfig,
+            components::kubeconfig_yaml(&server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key),
+        )?;
         std::fs::write(dir.join("kwok.yaml"), std::fs::read(tools.join("kwok-stages.yaml"))?)?;
+        let mut recipes = components::recipes(
+            &tools,
+            &dir,
+            &pki,
+            &kubeconfig,
+            api_ip,
+            [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port],
+        );
+        if let Some(network) = &network {
+            let cgroups = network.create_cgroups()?;
+            recipes.extend(node::recipes(&tools, &dir, network, &cgroups));
+            node::write_configs(&dir, &tools, &pki, &server, network)?;
+        }
 
         let plane = Self {
-            recipes: components::recipes(
-                &tools,
-                &dir,
-                &pki,
-                &kubeconfig,
-                [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port],
-            ),
+            recipes,
             dir,
             kubeconfig,
             server,
             tools,
             running: Mutex::new(Vec::new()),
+            real_node: OnceLock::new(),
             _watchdog: watchdog,
         };
         plane.start_component("etcd")?;
@@ -132,6 +180,9 @@ impl ControlPlane {
                 async move { api.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|node| node_ready(&node)) }
             })
             .await?;
+        if let Some(network) = &network {
+            plane.start_real_node(&client, network).await?;
+        }
         eprintln!(
             "[testbed] control plane ready in {:.1}s; KUBECONFIG={}",
             started.elapsed().as_secs_f64(),
@@ -144,7 +195,16 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
-    /// The API server's URL, `https://127.0.0.1:<port>`.
+    /// The real node, when the control plane was started with one.
+    pub fn real_node(&self) -> Option<&RealNode> {
+        self.real_node.get()
+    }
+
+    pub(crate) fn set_real_node(&self, node: RealNode) {
+        let _ = self.real_node.set(node);
+    }
+
+    /// The API server's URL, `https://127.0.0.1:<port>` (with a real node, the machine's end of its veth).
     pub fn server(&self) -> &str {
         &self.server
     }
@@ -269,6 +329,8 @@ impl Drop for ControlPlane {
         while let Some(mut component) = running.pop() {
             component.stop(Duration::from_secs(10));
         }
+        // Containers, shims, cgroups, sysctls and the network namespace of a real node.
+        node::host::teardown(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -293,7 +355,7 @@ async fn create_node(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-fn node_ready(node: &Node) -> bool {
+pub(crate) fn node_ready(node: &Node) -> bool {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

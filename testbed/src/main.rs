@@ -5,11 +5,19 @@ use std::process::ExitCode;
 
 use testbed::ControlPlane;
 
-const USAGE: &str = "usage: testbed up | testbed demo <path to local-registry-publisher>
+const USAGE: &str = "usage: testbed up [--real-node] | testbed demo <path to local-registry-publisher>
+       testbed image <release binary> <output directory>
 
 Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 with one simulated node) on free loopback ports, prints its KUBECONFIG, and runs until Ctrl-C or SIGTERM, then
 stops every process and removes its directory. The first run builds the Go tools (see hack/tools.sh).
+
+--real-node adds a real node (containerd, runc, kubelet, kube-proxy, CoreDNS) in a network namespace of its own,
+wired to the machine by a veth; the API server then listens on the machine's end of that veth. It needs root and
+cgroups, and says which is missing.
+
+`image` writes the controller's OCI image (layout directory and archive) without a Docker engine: the binary,
+the libraries it links, and the Dockerfile's user, entrypoint, port and labels.
 
 `demo` starts the same control plane, deploys a sample registry, runs the controller, prints what it
 publishes, changes the registry's nodePort, shows the ConfigMap follow, and stops everything.";
@@ -17,8 +25,10 @@ publishes, changes the registry's nodePort, shows the ConfigMap follow, and stop
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["up"] => up(),
+        ["up"] => up(testbed::Options::default()),
+        ["up", "--real-node"] => up(testbed::Options { real_node: true }),
         ["demo", controller] => demo(std::path::Path::new(controller)),
+        ["image", binary, out] => image(std::path::Path::new(binary), std::path::Path::new(out)),
         ["-h" | "--help" | "help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -30,8 +40,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn up() -> ExitCode {
-    let plane = match ControlPlane::start() {
+fn up(options: testbed::Options) -> ExitCode {
+    let plane = match ControlPlane::start_with(options) {
         Ok(plane) => plane,
         Err(error) => {
             eprintln!("testbed: {error}");
@@ -43,6 +53,14 @@ fn up() -> ExitCode {
     println!("  export KUBECONFIG={}", plane.kubeconfig().display());
     println!("  export PATH={}:$PATH   # kubectl, helm", plane.tools().display());
     println!("  {} get nodes\n", kubectl.display());
+    if let Some(node) = plane.real_node() {
+        let network = node.network();
+        println!("The real node {} is at {} in network namespace {}:", node.name(), network.node_ip, network.netns);
+        println!(
+            "  nsenter --net=/run/netns/{} -- curl http://localhost:<nodePort>/   # the node's own localhost\n",
+            network.netns
+        );
+    }
     println!("Stop it with Ctrl-C (or SIGTERM to pid {}).", std::process::id());
     let stopped = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -82,6 +100,30 @@ fn demo(controller: &std::path::Path) -> ExitCode {
         }
         Err(error) => {
             eprintln!("testbed demo: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn image(binary: &std::path::Path, out: &std::path::Path) -> ExitCode {
+    // The version the binary reports ("local-registry-publisher 0.1.0") tags the image.
+    let version = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8_lossy(&output.stdout).split_whitespace().nth(1).map(str::to_string));
+    let Some(version) = version else {
+        eprintln!("testbed image: {} --version did not report a version", binary.display());
+        return ExitCode::FAILURE;
+    };
+    match testbed::image::controller(binary, out, &version) {
+        Ok(image) => {
+            println!("{} -> {}", image.name, image.archive.display());
+            println!("compressed size {:.1} MB", image.compressed_size as f64 / 1e6);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("testbed image: {error}");
             ExitCode::FAILURE
         }
     }

@@ -1,5 +1,6 @@
-//! Certificates for a throw-away control plane: one CA, a serving certificate for the API server, an admin client
-//! certificate, and the service-account signing key.
+//! Certificates for a throw-away control plane: one CA, a serving certificate for the API server, client
+//! certificates (admin; the real node's kubelet and kube-proxy, each with its own Kubernetes identity; the API
+//! server's own when it calls a kubelet), and the service-account signing key.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -19,6 +20,15 @@ pub struct Pki {
     pub serving_key: PathBuf,
     pub admin_cert: PathBuf,
     pub admin_key: PathBuf,
+    /// `system:node:<real node>` in group `system:nodes`: what the Node authorizer lets a kubelet do, and no more.
+    pub node_cert: PathBuf,
+    pub node_key: PathBuf,
+    /// `system:kube-proxy`, bound to `system:node-proxier` by the API server's default RBAC.
+    pub proxy_cert: PathBuf,
+    pub proxy_key: PathBuf,
+    /// The API server's identity towards kubelets (logs, exec).
+    pub kubelet_client_cert: PathBuf,
+    pub kubelet_client_key: PathBuf,
     pub service_account_key: PathBuf,
     pub service_account_public_key: PathBuf,
 }
@@ -26,7 +36,8 @@ pub struct Pki {
 /// The first address of the service range, which the `kubernetes` Service gets: pods reach the API server there.
 pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 
-pub fn write(dir: &Path) -> Result<Pki, Error> {
+/// Writes every certificate; the API server's serving certificate also names `api_ip`, where it listens.
+pub fn write(dir: &Path, api_ip: Ipv4Addr) -> Result<Pki, Error> {
     std::fs::create_dir_all(dir)?;
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
@@ -46,16 +57,30 @@ pub fn write(dir: &Path) -> Result<Pki, Error> {
         SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         SanType::IpAddress(IpAddr::V4(KUBERNETES_SERVICE_IP)),
     ]);
+    if !api_ip.is_loopback() {
+        serving.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(api_ip)));
+    }
     serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &ca)?;
 
-    let admin_key = KeyPair::generate()?;
-    let mut admin = CertificateParams::new(Vec::<String>::new())?;
-    admin.distinguished_name.push(DnType::CommonName, "admin");
-    admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
-    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let admin_cert = admin.signed_by(&admin_key, &ca)?;
+    let client = |common_name: &str, organization: Option<&str>| -> Result<(String, String), Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        if let Some(organization) = organization {
+            params.distinguished_name.push(DnType::OrganizationName, organization);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        Ok((params.signed_by(&key, &ca)?.pem(), key.serialize_pem()))
+    };
+    let node_name = format!("system:node:{}", crate::node::REAL_NODE_NAME);
+    let clients = [
+        ("admin", client("admin", Some("system:masters"))?),
+        ("node", client(&node_name, Some("system:nodes"))?),
+        ("kube-proxy", client("system:kube-proxy", None)?),
+        ("apiserver-kubelet-client", client("kube-apiserver-kubelet-client", Some("system:masters"))?),
+    ];
 
     let service_account_key = KeyPair::generate()?;
 
@@ -65,14 +90,22 @@ pub fn write(dir: &Path) -> Result<Pki, Error> {
         serving_key: dir.join("apiserver.key"),
         admin_cert: dir.join("admin.crt"),
         admin_key: dir.join("admin.key"),
+        node_cert: dir.join("node.crt"),
+        node_key: dir.join("node.key"),
+        proxy_cert: dir.join("kube-proxy.crt"),
+        proxy_key: dir.join("kube-proxy.key"),
+        kubelet_client_cert: dir.join("apiserver-kubelet-client.crt"),
+        kubelet_client_key: dir.join("apiserver-kubelet-client.key"),
         service_account_key: dir.join("service-account.key"),
         service_account_public_key: dir.join("service-account.pub"),
     };
     std::fs::write(&pki.ca_cert, ca_cert.pem())?;
     std::fs::write(&pki.serving_cert, serving_cert.pem())?;
     std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
-    std::fs::write(&pki.admin_cert, admin_cert.pem())?;
-    std::fs::write(&pki.admin_key, admin_key.serialize_pem())?;
+    for (name, (cert, key)) in clients {
+        std::fs::write(dir.join(format!("{name}.crt")), cert)?;
+        std::fs::write(dir.join(format!("{name}.key")), key)?;
+    }
     std::fs::write(&pki.service_account_key, service_account_key.serialize_pem())?;
     std::fs::write(&pki.service_account_public_key, service_account_key.public_key_pem())?;
     Ok(pki)

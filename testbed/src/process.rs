@@ -3,7 +3,8 @@
 //! Every component runs in a process group of its own and its group id is appended to `<dir>/pgids`. A watchdog
 //! (a small shell in its own group) holds the read end of a pipe whose write end only this process holds: when this
 //! process ends in any way — a normal exit with statics never dropped, a panic, SIGKILL — the pipe closes and the
-//! watchdog stops every recorded group in reverse order and removes the directory.
+//! watchdog stops every recorded group in reverse order, undoes a real node (`node::host`) and removes the
+//! directory.
 
 use std::fs::{File, OpenOptions};
 use std::io::{PipeWriter, Write};
@@ -22,6 +23,7 @@ if [ -f "$1/pgids" ]; then
   sleep 2
   for g in $(tac "$1/pgids"); do kill -KILL -- "-$g" 2>/dev/null; done
 fi
+node_teardown "$1"
 rm -rf "$1"
 "#;
 
@@ -35,7 +37,7 @@ impl Watchdog {
         let (reader, writer) = std::io::pipe()?;
         Command::new("bash")
             .arg("-c")
-            .arg(WATCHDOG)
+            .arg(format!("{}{WATCHDOG}", crate::node::host::TEARDOWN))
             .arg("watchdog")
             .arg(dir)
             .stdin(reader)

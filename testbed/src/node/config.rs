@@ -1,0 +1,158 @@
+//! The configuration files of the real node's daemons. Each setting that differs from the default says why; the
+//! errors seen without them are in the project's real-node notes.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// Pod addresses on the node's bridge. Only the node's namespace routes them, so any range not used there works.
+pub(crate) const POD_SUBNET: &str = "10.88.0.0/24";
+/// The sandbox image every pod starts with; built from source by the testbed and imported before kubelet starts.
+pub const PAUSE_IMAGE: &str = "testbed.local/pause:1";
+
+pub(crate) struct Paths<'a> {
+    pub dir: &'a Path,
+    pub tools: &'a Path,
+    pub ca_cert: &'a Path,
+}
+
+impl Paths<'_> {
+    pub(crate) fn node(&self, file: &str) -> String {
+        self.dir.join("node").join(file).display().to_string()
+    }
+}
+
+/// containerd 2 (config version 3). /run, /var/lib and /var/log are private tmpfs mounts for the node (see `super`),
+/// so containerd's default root and state, and libcni's cache, vanish with it.
+pub(crate) fn containerd(paths: &Paths) -> String {
+    format!(
+        r#"version = 3
+# NRI would listen on /var/run/nri; the opt plugin would create /opt/containerd.
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
+
+[grpc]
+  address = "{socket}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # This VM's bounding set lacks CAP_SYS_RESOURCE, so no process may lower oom_score_adj below containerd's own.
+  restrict_oom_score_adj = true
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["{tools}"]
+  conf_dir = "{cni}"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+  SystemdCgroup = false
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"#,
+        socket = paths.node("containerd.sock"),
+        tools = paths.tools.display(),
+        cni = paths.node("cni"),
+        runc = paths.tools.join("runc").display(),
+    )
+}
+
+/// A bridge with host-local addresses, NAT for traffic leaving the pod subnet (pods reach the API server on the
+/// machine side of the veth), hairpin for a pod reaching itself through a Service, and hostPorts.
+pub(crate) fn cni_conflist() -> String {
+    format!(
+        r#"{{
+  "cniVersion": "1.0.0",
+  "name": "testbed",
+  "plugins": [
+    {{
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{POD_SUBNET}"}}]], "routes": [{{"dst": "0.0.0.0/0"}}]}}
+    }},
+    {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
+  ]
+}}
+"#
+    )
+}
+
+pub(crate) fn kubelet(paths: &Paths, node_ip: Ipv4Addr, cgroup: &str) -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: "{node_ip}"
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+# The API server authenticates with a client certificate from the testbed's CA.
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: "{ca}"}}
+authorization: {{mode: AlwaysAllow}}
+containerRuntimeEndpoint: "unix://{socket}"
+# This machine kind has cgroup v1 (deprecated in kubelet 1.35+); a cgroup of our own keeps the node's pods apart.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: "/{cgroup}"
+clusterDomain: cluster.local
+clusterDNS: ["{node_ip}"]
+# Pods get only cluster DNS: no search domain or resolver of the machine.
+resolvConf: "{resolv}"
+failSwapOn: false
+# The machine's disk is shared and its fill level is not the node's business.
+evictionHard: {{memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+maxPods: 50
+"#,
+        ca = paths.ca_cert.display(),
+        socket = paths.node("containerd.sock"),
+        resolv = paths.node("resolv.conf"),
+    )
+}
+
+pub(crate) fn kube_proxy(paths: &Paths, node_name: &str) -> String {
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {{kubeconfig: "{kubeconfig}"}}
+hostnameOverride: {node_name}
+mode: iptables
+clusterCIDR: "{POD_SUBNET}"
+# Service traffic leaves with the node's address, so replies from the machine side of the veth find their way back.
+iptables: {{masqueradeAll: true, localhostNodePorts: true}}
+# conntrack limits are machine-wide; leave them alone.
+conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+"#,
+        kubeconfig = paths.node("kube-proxy.kubeconfig"),
+    )
+}
+
+/// Cluster DNS only: nothing is forwarded, so no query leaves the machine.
+pub(crate) fn corefile(paths: &Paths, node_ip: Ipv4Addr) -> String {
+    format!(
+        r#".:53 {{
+    bind {node_ip}
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig} testbed
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+    cache 5
+}}
+"#,
+        kubeconfig = paths.node("coredns.kubeconfig"),
+    )
+}

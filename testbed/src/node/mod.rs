@@ -1,0 +1,226 @@
+//! A real node beside the kwok one: containerd 2 with runc and the CNI bridge, kubelet, kube-proxy and CoreDNS,
+//! all built from pinned sources by `hack/tools.sh`.
+//!
+//! The daemons run in the node's own network namespace (a veth to the machine; see [`host`]) and share one
+//! private mount namespace whose /run, /var/lib and /var/log are fresh tmpfs mounts, held open by a `sleep` that is
+//! the first component started. So the node writes nothing outside the testbed's directory and that namespace,
+//! and everything it mounted vanishes when its last process exits.
+
+mod config;
+pub use config::PAUSE_IMAGE;
+pub(crate) mod host;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::components::Recipe;
+use crate::image::{Image, ImageSpec};
+use crate::{ControlPlane, Error};
+pub use host::HostNetwork;
+
+/// The real node's name (and its kubelet's identity, `system:node:testbed-real`).
+pub const REAL_NODE_NAME: &str = "testbed-real";
+/// The taint the kwok node gets while a real node runs, so pods land on the real one unless they tolerate it.
+pub const SIMULATED_TAINT: &str = "testbed.local/simulated";
+
+/// The node components in start order; the namespace holder comes first.
+const HOLDER: &str = "node-namespace";
+const COMPONENTS: [&str; 4] = ["containerd", "kubelet", "kube-proxy", "coredns"];
+
+/// What tests use of the real node.
+#[derive(Debug)]
+pub struct RealNode {
+    network: HostNetwork,
+    dir: PathBuf,
+    tools: PathBuf,
+}
+
+impl RealNode {
+    pub fn name(&self) -> &str {
+        REAL_NODE_NAME
+    }
+
+    pub fn network(&self) -> &HostNetwork {
+        &self.network
+    }
+
+    /// A command that runs in the node's network namespace: there `localhost` is the node, as it is for a
+    /// developer on a single-node cluster such as MicroK8s or minikube's none driver.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("nsenter");
+        command.arg(format!("--net=/run/netns/{}", self.network.netns)).arg("--").arg(program);
+        command
+    }
+
+    /// Loads an image archive into the node's containerd, where kubelet finds it without a pull.
+    pub fn import(&self, image: &Image) -> Result<(), Error> {
+        let output = Command::new(self.tools.join("ctr"))
+            .arg("--address")
+            .arg(self.dir.join("node/containerd.sock"))
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(&image.archive)
+            .output()?;
+        checked(&format!("importing {}", image.name), output).map(drop)
+    }
+
+    /// The most memory the node's daemons and pods used together so far.
+    pub fn peak_memory_bytes(&self) -> Option<u64> {
+        self.network.peak_memory_bytes()
+    }
+}
+
+/// Recipes for the node's components. Each joins the node's cgroup, then enters its network and mount namespaces.
+pub(crate) fn recipes(
+    tools: &Path,
+    dir: &Path,
+    network: &HostNetwork,
+    cgroup_procs: &[PathBuf],
+) -> BTreeMap<String, Recipe> {
+    let node = |file: &str| dir.join("node").join(file).display().to_string();
+    let join_cgroup = cgroup_procs.iter().map(|p| format!("echo $$ >'{}'\n", p.display())).collect::<String>();
+    let path =
+        format!("export PATH='{}':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", tools.display());
+    let holder = format!(
+        "{join_cgroup}exec unshare --mount --propagation private -- sh -c \
+         'mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /var/log \
+         && echo $$ >{pid} && exec sleep infinity'",
+        pid = node("holder.pid"),
+    );
+    let enter = format!(
+        "{join_cgroup}{path}exec nsenter --net=/run/netns/{netns} --mount=/proc/$(cat '{pid}')/ns/mnt -- \"$@\"",
+        netns = network.netns,
+        pid = node("holder.pid"),
+    );
+    let tool = |name: &str| tools.join(name).display().to_string();
+    let commands: [(&str, Vec<String>); 4] = [
+        ("containerd", vec![tool("containerd"), format!("--config={}", node("containerd.toml"))]),
+        (
+            "kubelet",
+            vec![
+                tool("kubelet"),
+                format!("--config={}", node("kubelet.yaml")),
+                format!("--kubeconfig={}", node("kubelet.kubeconfig")),
+                format!("--hostname-override={REAL_NODE_NAME}"),
+                format!("--node-ip={}", network.node_ip),
+                "--v=1".into(),
+            ],
+        ),
+        ("kube-proxy", vec![tool("kube-proxy"), format!("--config={}", node("kube-proxy.yaml"))]),
+        ("coredns", vec![tool("coredns"), "-conf".into(), node("Corefile")]),
+    ];
+    let shell = |script: &str, command: Vec<String>| Recipe {
+        program: PathBuf::from("/bin/sh"),
+        args: [vec!["-c".to_string(), script.to_string(), "sh".to_string()], command].concat(),
+    };
+    let mut recipes = BTreeMap::from([(HOLDER.to_string(), shell(&holder, Vec::new()))]);
+    for (name, command) in commands {
+        recipes.insert(name.to_string(), shell(&enter, command));
+    }
+    recipes
+}
+
+/// Writes every configuration file the node's daemons read.
+pub(crate) fn write_configs(
+    dir: &Path,
+    tools: &Path,
+    pki: &crate::pki::Pki,
+    server: &str,
+    network: &HostNetwork,
+) -> Result<(), Error> {
+    let paths = config::Paths { dir, tools, ca_cert: &pki.ca_cert };
+    let node = dir.join("node");
+    std::fs::create_dir_all(node.join("cni"))?;
+    let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
+    let files = [
+        ("containerd.toml", config::containerd(&paths)),
+        ("cni/10-testbed.conflist", config::cni_conflist()),
+        ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup)),
+        ("kube-proxy.yaml", config::kube_proxy(&paths, REAL_NODE_NAME)),
+        ("Corefile", config::corefile(&paths, network.node_ip)),
+        ("resolv.conf", String::new()),
+        ("kubelet.kubeconfig", kubeconfig(&pki.node_cert, &pki.node_key)),
+        ("kube-proxy.kubeconfig", kubeconfig(&pki.proxy_cert, &pki.proxy_key)),
+        // CoreDNS lists Services, EndpointSlices and Namespaces cluster-wide; admin is more than it needs, but the
+        // node is throw-away and its kubelet and kube-proxy have identities of their own.
+        ("coredns.kubeconfig", kubeconfig(&pki.admin_cert, &pki.admin_key)),
+    ];
+    for (file, contents) in files {
+        std::fs::write(node.join(file), contents)?;
+    }
+    Ok(())
+}
+
+impl ControlPlane {
+    /// Starts the real node's daemons and waits until the node is Ready.
+    pub(crate) async fn start_real_node(&self, client: &kube::Client, network: &HostNetwork) -> Result<(), Error> {
+        let started = Instant::now();
+        let dir = self.dir().to_path_buf();
+        // The kwok node would take pods meant for the real one.
+        let taint = serde_json::json!({"spec": {"taints": [{"key": SIMULATED_TAINT, "effect": "NoSchedule"}]}});
+        Api::<Node>::all(client.clone())
+            .patch(crate::NODE_NAME, &PatchParams::default(), &Patch::Merge(&taint))
+            .await?;
+
+        self.start_component(HOLDER)?;
+        let holder_pid = dir.join("node/holder.pid");
+        self.wait_for("the node's mount namespace", || {
+            let ready = holder_pid.exists();
+            async move { ready }
+        })
+        .await?;
+        self.start_component("containerd")?;
+        let node = RealNode { network: network.clone(), dir: dir.clone(), tools: self.tools().to_path_buf() };
+        let ctr = self.tools().join("ctr");
+        let socket = dir.join("node/containerd.sock");
+        self.wait_for("containerd to answer", || {
+            let answers = Command::new(&ctr)
+                .arg("--address")
+                .arg(&socket)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            async move { answers }
+        })
+        .await?;
+        node.import(&crate::image::pause(&dir.join("images"))?)?;
+        host::record_sysctls(&dir)?;
+        for name in &COMPONENTS[1..] {
+            self.start_component(name)?;
+        }
+        self.wait_for("the real node to be Ready", || {
+            let api: Api<Node> = Api::all(client.clone());
+            async move { api.get_opt(REAL_NODE_NAME).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
+        })
+        .await?;
+        eprintln!("[testbed] real node {REAL_NODE_NAME} Ready in {:.1}s", started.elapsed().as_secs_f64());
+        self.set_real_node(node);
+        Ok(())
+    }
+}
+
+fn checked(what: &str, output: Output) -> Result<Output, Error> {
+    if output.status.success() {
+        return Ok(output);
+    }
+    Err(Error::Io(std::io::Error::other(format!(
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))))
+}
+
+/// Images every real-node test can use, built from the tools already on this machine.
+pub fn crane_image(tools: &Path, dir: &Path) -> Result<Image, Error> {
+    ImageSpec {
+        name: "testbed.local/crane:1".into(),
+        files: vec![("/crane".into(), tools.join("crane"))],
+        entrypoint: vec!["/crane".into()],
+        ..ImageSpec::default()
+    }
+    .write(dir, "crane")
+}
