@@ -1,0 +1,384 @@
+//! On a real node (containerd, runc, kubelet, kube-proxy, CoreDNS; see testbed's `node`), nothing simulated:
+//! - the chart's pod runs the image `make image` builds, hardened as the chart says, checked on its process;
+//! - the whole KEP-1755 flow: a registry runs as a pod, an image is pushed to the published `host`, a pod whose
+//!   image names the published runtime host runs, and a pod reaches `hostFromClusterNetwork`; for a NodePort
+//!   registry and for minikube's hostPort registry addon;
+//! - `helm upgrade` never runs two controllers at once, and `helm uninstall` leaves no ConfigMap behind.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Client;
+use kube::api::{Api, LogParams};
+use kube::runtime::watcher;
+use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
+use serde_json::json;
+use support::{apply_in, wait_until};
+use testbed::image::Image;
+use testbed::{ControlPlane, RealNode};
+
+/// Pulls, pod starts and kube-proxy rules take a moment on a shared 2-core machine; tests never assert on speed.
+const SOON: Duration = Duration::from_secs(90);
+const CONTROLLER_LABELS: &str = "app.kubernetes.io/name=local-registry-publisher";
+
+fn plane() -> &'static ControlPlane {
+    ControlPlane::shared_with_real_node()
+}
+
+fn node() -> &'static RealNode {
+    plane().real_node().expect("the control plane was started with a real node")
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// The controller image (`make image`) and crane's (registry and client), imported into the node once.
+fn images() -> &'static Image {
+    static CRANE: OnceLock<Image> = OnceLock::new();
+    CRANE.get_or_init(|| {
+        let archive = root().join("target/image/local-registry-publisher.tar");
+        assert!(archive.exists(), "{} is missing: run `make image` (make test does)", archive.display());
+        let controller = Image {
+            name: "docker.io/library/local-registry-publisher".into(),
+            layout: root().join("target/image/local-registry-publisher"),
+            archive,
+            compressed_size: 0,
+        };
+        node().import(&controller).expect("import the controller image");
+        let crane = testbed::node::crane_image(plane().tools(), &plane().dir().join("images")).expect("crane image");
+        node().import(&crane).expect("import the crane image");
+        crane
+    })
+}
+
+fn tool(name: &str, args: &[&str]) -> Output {
+    let plane = plane();
+    Command::new(plane.tools().join(name))
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+fn ok(output: Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&output.stderr), text);
+    text
+}
+
+fn helm_install(release: &str, ns: &str, values: &[&str]) {
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut args = vec!["install", release, &chart, "-n", ns, "--create-namespace", "--wait", "--timeout", "180s"];
+    args.extend(values.iter().flat_map(|v| ["--set", v]));
+    ok(tool("helm", &args));
+}
+
+/// The published document, read as readers read it.
+async fn published(client: &Client, ns: &str, name: &str) -> Option<LocalRegistryHostingV1> {
+    let configmap = Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
+    let text = configmap.data?.remove(DATA_KEY)?;
+    Some(LocalRegistryHostingV1::parse(&text).expect("readers parse what is published"))
+}
+
+async fn wait_published(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&LocalRegistryHostingV1) -> bool,
+) -> LocalRegistryHostingV1 {
+    let found = wait_until(SOON, || async { published(client, ns, name).await.filter(|d| check(d)) }).await;
+    match found {
+        Some(document) => document,
+        None => panic!("{what} was not published; now: {:?}", published(client, ns, name).await),
+    }
+}
+
+async fn pod_phase(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let pod = Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
+    pod.status?.phase
+}
+
+/// Waits until the pod reaches one of `phases`, failing with its status otherwise.
+async fn wait_phase(client: &Client, ns: &str, name: &str, phases: &[&str]) -> String {
+    let found = wait_until(SOON, || async {
+        pod_phase(client, ns, name).await.filter(|phase| phases.contains(&phase.as_str()))
+    })
+    .await;
+    match found {
+        Some(phase) => phase,
+        None => {
+            let pod = Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.ok().flatten();
+            panic!("pod {ns}/{name} never reached {phases:?}: {:?}", pod.and_then(|p| p.status))
+        }
+    }
+}
+
+async fn logs(client: &Client, ns: &str, pod: &str) -> String {
+    Api::<Pod>::namespaced(client.clone(), ns).logs(pod, &LogParams::default()).await.unwrap_or_default()
+}
+
+/// Pushes an image to `registry` with crane, from the machine or from the node, until the path exists (kube-proxy
+/// and portmap program their rules a moment after the registry is Ready).
+fn push(from_node: bool, layout: &Path, reference: &str) {
+    let crane = plane().tools().join("crane");
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut command = if from_node { node().command(&crane) } else { Command::new(&crane) };
+        let output = command.arg("push").arg(layout).arg(reference).arg("--insecure").output().expect("run crane");
+        if output.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("pushing {reference} failed: {last}");
+}
+
+fn registry_pod_spec(port: i32, host_port: Option<i32>) -> serde_json::Value {
+    json!({
+        "containers": [{
+            "name": "registry",
+            "image": images().name,
+            "imagePullPolicy": "Never",
+            "args": ["registry", "serve", "--address", format!(":{port}")],
+            "ports": [{"name": "registry", "containerPort": port, "hostPort": host_port}],
+            "readinessProbe": {"httpGet": {"path": "/v2/", "port": port}, "periodSeconds": 1},
+        }]
+    })
+}
+
+/// The KEP flow against whatever is published now: push to `host` from `push_from_node`'s side, run a pod from
+/// the runtime host, and list the registry from a pod through the cluster network.
+async fn kep_flow(client: &Client, ns: &str, document: &LocalRegistryHostingV1, push_from_node: bool) {
+    let host = document.host.clone().expect("a host for tools outside the cluster");
+    let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
+    let cluster = document.host_from_cluster_network.clone().expect("a host for pods");
+    let pause = plane().dir().join("images/pause");
+    push(push_from_node, &pause, &format!("{host}/kep/pause:1"));
+
+    // The node's runtime pulls the pushed image through the published runtime host.
+    let image = format!("{runtime}/kep/pause:1");
+    let app = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+        "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}});
+    apply_in(client, ns, app).await;
+    wait_phase(client, ns, "app", &["Running"]).await;
+    let pod = Api::<Pod>::namespaced(client.clone(), ns).get("app").await.expect("app pod");
+    let statuses = pod.status.and_then(|s| s.container_statuses).unwrap_or_default();
+    assert!(statuses.iter().all(|s| s.image == image && s.ready), "{statuses:?}");
+
+    // A pod reaches the registry by the published cluster-network name (cluster DNS, then the Service).
+    let catalog = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "catalog"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "crane", "image": images().name,
+            "imagePullPolicy": "Never", "args": ["catalog", cluster, "--insecure"]}]}});
+    apply_in(client, ns, catalog).await;
+    let phase = wait_phase(client, ns, "catalog", &["Succeeded", "Failed"]).await;
+    let listed = logs(client, ns, "catalog").await;
+    assert!(phase == "Succeeded" && listed.lines().any(|l| l == "kep/pause"), "{cluster}/v2/: {phase}: {listed}");
+}
+
+/// The controller's process as the node runs it: found through its container's cgroup.
+fn container_process(container_id: &str) -> u32 {
+    let cgroup = Path::new("/sys/fs/cgroup/pids").join(&node().network().cgroup);
+    let output = Command::new("find").arg(&cgroup).args(["-type", "d", "-name", container_id]).output().unwrap();
+    let dir = String::from_utf8_lossy(&output.stdout).lines().next().map(PathBuf::from);
+    let dir = dir.unwrap_or_else(|| panic!("no cgroup for container {container_id} under {}", cgroup.display()));
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
+    procs.lines().next().and_then(|pid| pid.parse().ok()).expect("a process in the container")
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).map(|v| v.trim().to_string()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodeport_and_hostport_registries() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    helm_install("lrp", "lrp-system", &["configMap.takeOver=false"]);
+
+    // Running and Ready through its own probes, on the real node, as the chart's hardening says.
+    let pods = Api::<Pod>::namespaced(client.clone(), "lrp-system");
+    let list = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.expect("list pods");
+    let pod = list.items.into_iter().next().expect("the controller pod");
+    let spec = pod.spec.clone().expect("spec");
+    assert_eq!(spec.node_name.as_deref(), Some(node().name()));
+    let status = pod.status.clone().expect("status");
+    let container = &status.container_statuses.expect("container statuses")[0];
+    assert!(container.ready, "{container:?}");
+    let container_id = container.container_id.as_deref().and_then(|id| id.strip_prefix("containerd://")).unwrap();
+    let pid = container_process(container_id);
+    assert_eq!(status_field(pid, "Uid").split_whitespace().collect::<Vec<_>>(), ["65532"; 4], "runs as 65532");
+    assert_eq!(status_field(pid, "Seccomp"), "2", "a seccomp filter (RuntimeDefault) is in force");
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "no capabilities");
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+    let root_mount = mounts.lines().find(|l| l.split_whitespace().nth(4) == Some("/")).expect("root mount");
+    assert!(root_mount.split_whitespace().nth(5).is_some_and(|o| o.split(',').any(|o| o == "ro")), "{root_mount}");
+    let environment = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    assert!(!String::from_utf8_lossy(&environment).contains("KUBECONFIG"), "in-cluster config, no kubeconfig");
+
+    // A NodePort registry, published with the default node address: tools on the node push to localhost.
+    let ns = plane.namespace(&client, "kep-nodeport").await.expect("namespace");
+    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
+    apply_in(&client, &ns, registry).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {"local-registry-publisher.io/registry": "true"}},
+        "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &ns, service).await;
+    let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
+    let document = wait_published(&client, "kube-public", "local-registry-hosting", "the NodePort registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
+    })
+    .await;
+    assert!(document.host.as_deref().is_some_and(|h| h.starts_with("localhost:3")), "{document:?}");
+    kep_flow(&client, &ns, &document, true).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+
+    // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000,
+    // recognised without a label; the machine pushes to the node's address, the runtime pulls from 127.0.0.1.
+    let proxy = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "registry-proxy"},
+        "spec": {"selector": {"matchLabels": {"registry-proxy": "true"}},
+            "template": {"metadata": {"labels": {"registry-proxy": "true"}}, "spec": registry_pod_spec(80, Some(5000))}}});
+    apply_in(&client, "kube-system", proxy).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
+        "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
+    apply_in(&client, "kube-system", service).await;
+    let document = wait_published(&client, "kube-public", "local-registry-hosting", "minikube's registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some("registry.kube-system.svc.cluster.local:80")
+    })
+    .await;
+    let node_ip = node().network().node_ip;
+    assert_eq!(document.host.as_deref(), Some(format!("{node_ip}:5000").as_str()));
+    assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:5000"));
+    let ns = plane.namespace(&client, "kep-hostport").await.expect("namespace");
+    kep_flow(&client, &ns, &document, false).await;
+    ok(tool("helm", &["uninstall", "lrp", "-n", "lrp-system", "--wait", "--timeout", "180s"]));
+    assert_eq!(published(&client, "kube-public", "local-registry-hosting").await, None, "uninstall withdrew it");
+}
+
+/// The label that marks an isolated test's registry, which no other release selects.
+const ISOLATED_LABEL: &str = "testbed.local/isolated-registry";
+
+/// Values for a release that publishes its own ConfigMap in its own namespace from registries with a label of its
+/// own, so tests run side by side with the release that publishes kube-public's.
+fn isolated_values(ns: &str) -> Vec<String> {
+    vec![
+        format!("configMap.namespace={ns}"),
+        "configMap.name=hosting".into(),
+        format!("registry.watchNamespaces={{{ns}}}"),
+        format!("registry.selector={ISOLATED_LABEL}={ns}"),
+        "registry.builtin=false".into(),
+    ]
+}
+
+async fn external_registry(client: &Client, ns: &str) {
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
+            "annotations": {"local-registry-publisher.io/host": "localhost:5001"}},
+        "spec": {"type": "ExternalName", "externalName": "kind-registry", "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(client, ns, service).await;
+}
+
+#[tokio::test]
+async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "upgrade").await.expect("namespace");
+    external_registry(&client, &ns).await;
+    let values = isolated_values(&ns);
+    helm_install("upgrade", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
+
+    // Follow every pod of the Deployment through the upgrade: which exist and have not finished, after each
+    // change the API server reports.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let follower = tokio::spawn(async move {
+        let mut live: BTreeMap<String, bool> = BTreeMap::new();
+        let (mut most, mut seen) = (0, BTreeSet::new());
+        let mut events = watcher::watcher(pods, watcher::Config::default().labels(CONTROLLER_LABELS)).boxed();
+        loop {
+            let event = tokio::select! {
+                _ = &mut stopped => break,
+                event = events.try_next() => event,
+            };
+            match event {
+                Ok(Some(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                    let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    seen.insert(name.clone());
+                    live.insert(name, !matches!(phase.as_str(), "Succeeded" | "Failed"));
+                }
+                Ok(Some(watcher::Event::Delete(pod))) => {
+                    live.remove(&pod.metadata.name.unwrap_or_default());
+                }
+                Ok(_) => {}
+                Err(error) => panic!("watching the controller's pods: {error}"),
+            }
+            most = most.max(live.values().filter(|alive| **alive).count());
+        }
+        (most, seen)
+    });
+    // Let the watch list the current pod before anything changes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut args = vec!["upgrade", "upgrade", &chart, "-n", &ns, "--reuse-values", "--wait", "--timeout", "180s"];
+    args.extend(["--set", "logging.level=debug"]);
+    let args: Vec<String> = args.into_iter().map(String::from).collect();
+    let upgraded =
+        tokio::task::spawn_blocking(move || tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    ok(upgraded.await.expect("helm upgrade"));
+    // The watch reports the last changes a moment after helm sees the new pod Ready.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    let (most, seen) = follower.await.expect("the pod follower");
+    assert!(seen.len() >= 2, "the upgrade replaced the pod: {seen:?}");
+    assert_eq!(most, 1, "at most one controller pod existed at any time during the upgrade ({seen:?})");
+    wait_published(&client, &ns, "hosting", "the registry after the upgrade", |d| {
+        d.host.as_deref() == Some("localhost:5001")
+    })
+    .await;
+    ok(tool("helm", &["uninstall", "upgrade", "-n", &ns, "--wait", "--timeout", "180s"]));
+}
+
+#[tokio::test]
+async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_is_left() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "uninstall").await.expect("namespace");
+    external_registry(&client, &ns).await;
+    let values = isolated_values(&ns);
+    helm_install("uninstall", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
+
+    ok(tool("helm", &["uninstall", "uninstall", "-n", &ns, "--wait", "--timeout", "180s"]));
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let left = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.expect("list pods");
+    let names: Vec<_> = left.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert!(names.is_empty(), "the controller still runs after uninstall: {names:?}");
+    // Before the hook stopped the controller first, the running controller republished within milliseconds.
+    for _ in 0..10 {
+        assert_eq!(published(&client, &ns, "hosting").await, None, "nothing is left published after uninstall");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    assert!(configmaps.get_opt("hosting").await.expect("GET").is_none(), "no ConfigMap at all");
+}
