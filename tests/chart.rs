@@ -91,6 +91,49 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
     }
 }
 
+/// The rendered documents of `kind`, as JSON.
+fn rendered_objects(rendered: &str, kind: &str) -> Vec<serde_json::Value> {
+    rendered
+        .split("\n---")
+        .filter_map(|document| serde_saphyr::from_str::<serde_json::Value>(document).ok())
+        .filter(|object| object["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn the_uninstall_hook_stops_the_controller_first_and_is_scheduled_like_it() {
+    let scheduling = [
+        "nodeSelector.pool=tools",
+        "tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    ];
+    let chart = chart();
+    let mut template = vec!["template", "lrp", chart.as_str(), "-n", "tools"];
+    template.extend(scheduling.iter().flat_map(|value| ["--set", *value]));
+    let rendered = ok(tool("helm", &template));
+    let deployment = &rendered_objects(&rendered, "Deployment")[0];
+    let job = &rendered_objects(&rendered, "Job")[0];
+    let (pod, hook_pod) = (&deployment["spec"]["template"], &job["spec"]["template"]);
+    for field in ["nodeSelector", "tolerations", "affinity"] {
+        assert!(!pod["spec"][field].is_null(), "{field} is rendered");
+        assert_eq!(hook_pod["spec"][field], pod["spec"][field], "the hook's {field}");
+    }
+    let selector = deployment["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
+    let hook_labels = hook_pod["metadata"]["labels"].as_object().expect("hook pod labels");
+    assert!(
+        selector.iter().any(|(key, value)| hook_labels.get(key) != Some(value)),
+        "the Deployment's selector {selector:?} must not select the hook's pod {hook_labels:?}"
+    );
+    let args = hook_pod["spec"]["containers"][0]["args"].as_array().expect("args");
+    assert!(
+        args.contains(&json!("--withdraw")) && args.contains(&json!("--stop-deployment=lrp-local-registry-publisher"))
+    );
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate", "one replica without election: no overlap");
+    let elected = ok(tool("helm", &["template", "lrp", &chart, "--set", "leaderElection.enabled=true"]));
+    assert_eq!(rendered_objects(&elected, "Deployment")[0]["spec"]["strategy"]["type"], "RollingUpdate");
+}
+
 #[test]
 fn invalid_values_are_rejected_with_a_readable_message() {
     for (value, needle) in [

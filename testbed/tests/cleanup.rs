@@ -49,3 +49,115 @@ fn a_killed_testbed_leaves_no_process_and_no_directory() {
     assert!(!dir.exists(), "{} was left behind", dir.display());
     drop(lines);
 }
+
+/// The machine-wide sysctls kubelet tunes, as `path value` pairs.
+fn kubelet_sysctls() -> Vec<(String, String)> {
+    ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops"]
+        .iter()
+        .map(|name| {
+            let path = format!("/proc/sys/{name}");
+            let value = std::fs::read_to_string(&path).unwrap_or_default().trim().to_string();
+            (path, value)
+        })
+        .collect()
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("run {program}: {e}"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgroup_mount_or_sysctl() {
+    let sysctls_before = kubelet_sysctls();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_testbed"))
+        .args(["up", "--real-node"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start `testbed up --real-node`");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut kubeconfig = None;
+    let mut tools = None;
+    for line in lines.by_ref().map_while(Result::ok) {
+        let line = line.trim();
+        if let Some(path) = line.strip_prefix("export KUBECONFIG=") {
+            kubeconfig = Some(PathBuf::from(path));
+        }
+        if let Some(rest) = line.strip_prefix("export PATH=") {
+            tools = rest.split(':').next().map(PathBuf::from);
+        }
+        if line.starts_with("Stop it with") {
+            break;
+        }
+    }
+    let kubeconfig = kubeconfig.expect("testbed up prints its KUBECONFIG");
+    let kubectl = tools.expect("testbed up prints the tools' directory").join("kubectl");
+    let dir = kubeconfig.parent().map(Path::to_path_buf).expect("the control plane's directory");
+    let recorded = std::fs::read_to_string(dir.join("node/cleanup.env")).expect("the node's cleanup record");
+    let netns = recorded.lines().find_map(|l| l.strip_prefix("NETNS=")).expect("NETNS").to_string();
+    let cgroup = recorded.lines().find_map(|l| l.strip_prefix("CGROUP=")).expect("CGROUP").to_string();
+
+    // A running pod: a shim and a container outside the testbed's process groups.
+    let kube = |args: &[&str]| {
+        let output = Command::new(&kubectl).args(args).env("KUBECONFIG", &kubeconfig).output().expect("kubectl");
+        assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    kube(&["run", "sleeper", "--image=testbed.local/pause:1", "--image-pull-policy=Never"]);
+    kube(&["wait", "--for=condition=Ready", "pod/sleeper", "--timeout=120s"]);
+    let cgroup_root = Path::new("/sys/fs/cgroup/pids").join(&cgroup);
+    let procs = command_output("find", &[&cgroup_root.display().to_string(), "-name", "cgroup.procs"]);
+    let node_pids: Vec<i32> = procs
+        .lines()
+        .flat_map(|file| {
+            std::fs::read_to_string(file).unwrap_or_default().lines().map(String::from).collect::<Vec<_>>()
+        })
+        .filter_map(|pid| pid.trim().parse().ok())
+        .collect();
+    // containerd, kubelet, kube-proxy, CoreDNS, the namespace holder, a shim, the sandbox and the container.
+    assert!(node_pids.len() >= 8, "the node's processes: {node_pids:?}");
+    assert!(command_output("ip", &["netns", "list"]).contains(&netns));
+    let host_link = format!(" tb{}-host@", netns.trim_start_matches("testbed-"));
+    assert!(command_output("ip", &["-o", "link"]).contains(&host_link), "the machine's end of the node's veth");
+    assert!(command_output("cat", &["/proc/self/mountinfo"]).contains(&format!(" /run/netns/{netns} ")));
+
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let cleaned_up = || {
+        node_pids.iter().all(|&pid| dead(pid))
+            && !dir.exists()
+            && !command_output("ip", &["netns", "list"]).contains(&netns)
+    };
+    while !cleaned_up() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let alive: Vec<i32> = node_pids.iter().copied().filter(|&pid| !dead(pid)).collect();
+    assert!(alive.is_empty(), "node processes outlived SIGKILL: {alive:?}");
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+    assert!(!command_output("ip", &["netns", "list"]).contains(&netns), "network namespace {netns} was left behind");
+    let links = command_output("ip", &["-o", "link"]);
+    assert!(!links.contains(&host_link), "the veth{host_link} was left behind: {links}");
+    let cgroups = command_output("sh", &["-c", &format!("ls -d /sys/fs/cgroup/*/{cgroup} 2>/dev/null")]);
+    assert!(cgroups.trim().is_empty(), "cgroups were left behind: {cgroups}");
+    let mounts = command_output("cat", &["/proc/self/mountinfo"]);
+    let dir_text = dir.display().to_string();
+    assert!(!mounts.contains(&dir_text) && !mounts.contains(&format!("/run/netns/{netns}")), "mounts left: {mounts}");
+    assert_eq!(kubelet_sysctls(), sysctls_before, "kubelet's sysctls are restored");
+    drop(lines);
+}
+
+#[test]
+fn without_root_the_real_node_fails_with_a_message_naming_what_is_missing() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test drops root to show what a machine without it gets");
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_testbed"))
+        .args(["up", "--real-node"])
+        .output()
+        .expect("run testbed as nobody");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "it must not pass silently: {stderr}");
+    assert!(stderr.contains("cannot run the testbed's real node: it needs root"), "{stderr}");
+}
