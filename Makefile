@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up manifests image
+.PHONY: demo test bench lint tools up up-node manifests image
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -41,3 +41,7 @@ tools:
 ## up: start the local control plane for debugging and print its KUBECONFIG
 up: tools
 	$(CARGO) run --quiet -p testbed -- up
+
+## up-node: the same with a real node (containerd, kubelet, kube-proxy, CoreDNS); needs root and cgroups
+up-node: tools
+	$(CARGO) run --quiet -p testbed -- up --real-node

@@ -1,5 +1,6 @@
 //! `testbed demo <controller>`: the controller publishing a sample registry on the local control plane, then
-//! following a change of the registry's nodePort.
+//! following a change of the registry's nodePort. With a real node (where the machine allows one) the registry
+//! really runs, an image is pushed to the published host and a pod runs from it: the KEP-1755 flow.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -23,13 +24,26 @@ pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     );
     apply(&client, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
         .await?;
-    apply(&client, serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "registry", "namespace": NAMESPACE},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}},
-                "spec": {"containers": [{"name": "registry", "image": "registry:2", "ports": [{"containerPort": 5000}]}]}}}
-    }))
+    // On the real node the registry is crane's, imported from the tools built here; kwok runs no image at all.
+    let container = match plane.real_node() {
+        Some(node) => {
+            let crane = crate::node::crane_image(plane.tools(), &plane.dir().join("images"))?;
+            node.import(&crane)?;
+            serde_json::json!({"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "args": ["registry", "serve", "--address", ":5000"], "ports": [{"containerPort": 5000}],
+                "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}})
+        }
+        None => serde_json::json!({"name": "registry", "image": "registry:2", "ports": [{"containerPort": 5000}]}),
+    };
+    apply(
+        &client,
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "registry", "namespace": NAMESPACE},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "registry"}},
+                "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [container]}}}
+        }),
+    )
     .await?;
     apply(&client, registry_service(FIRST_PORT)).await?;
 
@@ -53,6 +67,9 @@ async fn show(client: &kube::Client, plane: &ControlPlane) -> Result<(), Error> 
     let text = wait_for_host(client, &format!("localhost:{FIRST_PORT}")).await?;
     step(&format!("Published in {:.1}s: kube-public/local-registry-hosting holds", started.elapsed().as_secs_f64()));
     print_document(&text);
+    if let Some(node) = plane.real_node() {
+        kep_flow(client, plane, node).await?;
+    }
 
     step(&format!("Changing the Service's nodePort from {FIRST_PORT} to {SECOND_PORT}"));
     let changed = Instant::now();
@@ -64,7 +81,50 @@ async fn show(client: &kube::Client, plane: &ControlPlane) -> Result<(), Error> 
         kubectl(plane, &["get", "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=registry"]);
     step("Events on the registry Service (kubectl get events -n registry):");
     println!("{}", events.trim_end());
-    println!("\nTo explore by hand: `make up` starts the same control plane and prints its KUBECONFIG.");
+    println!(
+        "\nTo explore by hand: `make up` (or `make up-node`, with a real node) starts the same cluster and prints its \
+         KUBECONFIG."
+    );
+    Ok(())
+}
+
+/// What Tilt or Skaffold then do with the published values, for real: push to `host` from the node (where
+/// `localhost` is the node, as on a single-node cluster), and run a pod whose image names that host.
+async fn kep_flow(client: &kube::Client, plane: &ControlPlane, node: &crate::RealNode) -> Result<(), Error> {
+    let image = format!("localhost:{FIRST_PORT}/demo/pause:1");
+    step(&format!("Pushing an image to the published host, as a tool on the node would: crane push ... {image}"));
+    let crane = plane.tools().join("crane");
+    let layout = plane.dir().join("images/pause");
+    let mut pushed = None;
+    // kube-proxy programs the nodePort a moment after the registry is Ready.
+    for _ in 0..60 {
+        let output = node.command(&crane).arg("push").arg(&layout).arg(&image).arg("--insecure").output()?;
+        if output.status.success() {
+            pushed = Some(String::from_utf8_lossy(&output.stdout).trim().to_string());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let digest =
+        pushed.ok_or_else(|| Error::Timeout { what: format!("pushing {image}"), timeout: Duration::from_secs(30) })?;
+    println!("    pushed {digest}");
+    step(&format!("Running a pod from {image}: the node's containerd pulls it from the registry"));
+    apply(
+        client,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app", "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}}),
+    )
+    .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let timeout = Duration::from_secs(60);
+    wait_until(timeout, || async {
+        let pod = pods.get_opt("app").await.ok().flatten()?;
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await
+    .ok_or_else(|| Error::Timeout { what: "the pod to run".into(), timeout })?;
+    println!("{}", kubectl(plane, &["get", "pods", "-n", NAMESPACE, "-o", "wide"]).trim_end());
     Ok(())
 }
 

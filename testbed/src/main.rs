@@ -78,8 +78,19 @@ fn up(options: testbed::Options) -> ExitCode {
 }
 
 fn demo(controller: &std::path::Path) -> ExitCode {
-    println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");
-    let plane = match ControlPlane::start() {
+    let options = match testbed::node::preflight() {
+        Ok(()) => {
+            println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");
+            println!("    and a real node (containerd, runc, kubelet, kube-proxy, CoreDNS)");
+            testbed::Options { real_node: true }
+        }
+        Err(reason) => {
+            println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");
+            println!("    without a real node ({reason}): the registry's pods are simulated, no image is pushed");
+            testbed::Options::default()
+        }
+    };
+    let plane = match ControlPlane::start_with(options) {
         Ok(plane) => plane,
         Err(error) => {
             eprintln!("testbed: {error}");

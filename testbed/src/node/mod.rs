@@ -32,6 +32,11 @@ pub const SIMULATED_TAINT: &str = "testbed.local/simulated";
 const HOLDER: &str = "node-namespace";
 const COMPONENTS: [&str; 4] = ["containerd", "kubelet", "kube-proxy", "coredns"];
 
+/// Whether this machine can run a real node; the error names what it lacks (root, cgroups, a program).
+pub fn preflight() -> Result<(), Error> {
+    host::preflight()
+}
+
 /// What tests use of the real node.
 #[derive(Debug)]
 pub struct RealNode {
