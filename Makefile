@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up up-node manifests image
+.PHONY: demo test bench lint tools up up-node manifests image fuzz
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -22,6 +22,10 @@ image:
 ## bench: publish latency and controller memory on the local control plane, printed (release build)
 bench: tools
 	$(CARGO) bench --bench publish --bench failover
+
+## fuzz: the value grammar's properties (tests/grammar.rs) over many more generated inputs than make test runs
+fuzz:
+	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --test grammar
 
 ## lint: formatting and clippy, as CI runs them
 lint:

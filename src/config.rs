@@ -182,15 +182,16 @@ fn parse_help_url(value: &str) -> Result<String, String> {
 }
 
 fn parse_node_address(value: &str) -> Result<NodeAddress, String> {
+    use crate::hosting::address::Host;
+    let hint = "use localhost, internal-ip, or an IP address or dotted host name that tools can connect to";
     match value {
         "localhost" => Ok(NodeAddress::Localhost),
         "internal-ip" => Ok(NodeAddress::InternalIp),
-        literal if literal.parse::<std::net::IpAddr>().is_ok() || (literal.contains('.') && is_dns_name(literal)) => {
-            Ok(NodeAddress::Literal(literal.to_ascii_lowercase()))
-        }
-        other => {
-            Err(format!("unknown mode {other:?}: use localhost, internal-ip, or an IP address or dotted host name"))
-        }
+        literal => match Host::normalise(literal) {
+            Ok(Host::Name(name)) if !name.contains('.') => Err(format!("unknown mode {literal:?}: {hint}")),
+            Ok(host) => Ok(NodeAddress::Literal(host.to_string())),
+            Err(reason) => Err(format!("{literal:?} {reason}: {hint}")),
+        },
     }
 }
 
@@ -354,6 +355,9 @@ mod tests {
             ("--registry-selector=Bad Key=x", "label key"),
             ("--registry-selector=", "empty"),
             ("--node-address=external-ip", "unknown mode"),
+            ("--node-address=0.0.0.0", "listen address"),
+            ("--node-address=::", "unspecified"),
+            ("--help-url=https://@/", "user information"),
             ("--help-url=kind.sigs.k8s.io", "http"),
             ("--grace-period=soon", "15s"),
             ("--watch-namespaces=Kube_System", "namespace"),
@@ -368,6 +372,25 @@ mod tests {
             let option = flag.split('=').next().unwrap();
             let text = error.to_string();
             assert!(text.contains(option) && text.contains(needle), "{flag}: {text}");
+        }
+    }
+
+    #[test]
+    fn node_addresses_that_can_never_publish_are_refused_and_ipv6_is_accepted() {
+        for (bad, why) in [
+            ("0.0.0.0", "listen address"),
+            ("::", "unspecified"),
+            ("[0:0::0]", "unspecified"),
+            ("fe80::1", "link-local"),
+            ("aaaa", "unknown mode"),
+            ("[evil.example]", "IPv6"),
+            ("", "empty"),
+        ] {
+            let error = parse_node_address(bad).expect_err(bad);
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+        for (good, literal) in [("fd00::1", "[fd00::1]"), ("[::1]", "[::1]"), ("192.168.49.2", "192.168.49.2")] {
+            assert_eq!(parse_node_address(good), Ok(NodeAddress::Literal(literal.into())), "{good}");
         }
     }
 }

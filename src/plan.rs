@@ -23,6 +23,8 @@ pub struct Existing {
     pub writer: Option<String>,
     /// The `localRegistryHosting.v1` text.
     pub text: Option<String>,
+    /// Holds keys besides ours (a future `localRegistryHosting.v2`, another tool's): withdrawing removes only ours.
+    pub shared: bool,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
 }
@@ -35,6 +37,8 @@ impl Existing {
             owned: managed_by.as_deref() == Some(MANAGER),
             writer: managed_by.or(first_manager),
             text: configmap.data.as_ref().and_then(|d| d.get(DATA_KEY)).cloned(),
+            shared: configmap.data.iter().flatten().any(|(key, _)| key != DATA_KEY)
+                || configmap.binary_data.as_ref().is_some_and(|b| !b.is_empty()),
             uid: configmap.metadata.uid.clone(),
             resource_version: configmap.metadata.resource_version.clone(),
         }
@@ -74,6 +78,8 @@ pub enum Action {
     Apply { document: LocalRegistryHostingV1, source: Option<ServiceId> },
     /// Delete the ConfigMap we wrote; nothing is left to say.
     Delete,
+    /// Remove only our key: others' keys share the ConfigMap.
+    RemoveKey,
 }
 
 /// Something to tell users, as an Event on `regarding`.
@@ -156,7 +162,7 @@ pub fn decide(
             let current = existing.owned && existing.text.as_deref() == Some(document.render().as_str());
             (if current { Action::Keep } else { Action::Apply { document, source } }, None)
         }
-        (Some(None), Some(existing)) => (if existing.owned { Action::Delete } else { Action::Keep }, None),
+        (Some(None), Some(existing)) => (withdrawal(existing), None),
     };
     if let Some(Registry { document: Ok(document), .. }) = winner {
         let readers_see_it = match &action {
@@ -170,19 +176,30 @@ pub fn decide(
     Decision { action, notices, recheck_after, held_back }
 }
 
+/// How to say nothing: delete the ConfigMap we wrote, or only our key when others share it.
+pub fn withdrawal(existing: &Existing) -> Action {
+    match existing {
+        Existing { owned: false, .. } => Action::Keep,
+        Existing { shared: false, .. } => Action::Delete,
+        Existing { text: Some(_), .. } => Action::RemoveKey,
+        _ => Action::Keep,
+    }
+}
+
 /// The help-only document for when no registry is usable: the configured URL, else the best registry's own.
 fn help_only(registries: &[Registry], settings: &PublishArgs) -> Option<LocalRegistryHostingV1> {
     let annotated = registries.iter().find_map(|r| r.document.as_ref().ok()?.help.clone());
     settings.help_url.clone().or(annotated).map(LocalRegistryHostingV1::help_only)
 }
 
-/// The ConfigMap to server-side apply for `document`.
-pub fn desired_configmap(document: &LocalRegistryHostingV1, settings: &PublishArgs) -> ConfigMap {
+/// The ConfigMap to server-side apply for `document`; with none, an apply that gives up our key (server-side apply
+/// removes a field its only manager no longer sets) and keeps our label.
+pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &PublishArgs) -> ConfigMap {
     let mut configmap = ConfigMap::default();
     configmap.metadata.name = Some(settings.configmap_name.clone());
     configmap.metadata.namespace = Some(settings.configmap_namespace.clone());
     configmap.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGER.to_string())]));
-    configmap.data = Some(BTreeMap::from([(DATA_KEY.to_string(), document.render())]));
+    configmap.data = document.map(|document| BTreeMap::from([(DATA_KEY.to_string(), document.render())]));
     configmap
 }
 
@@ -228,6 +245,7 @@ mod tests {
             owned,
             writer: Some(if owned { MANAGER } else { "ctlptl" }.into()),
             text: document.map(LocalRegistryHostingV1::render),
+            shared: false,
             uid: Some("uid-1".into()),
             resource_version: Some("7".into()),
         }
@@ -330,6 +348,31 @@ mod tests {
     }
 
     #[test]
+    fn withdrawing_from_a_shared_configmap_removes_only_our_key() {
+        let zot = registry("zot", 0, true);
+        let shared = Existing { shared: true, ..existing(true, Some(&doc(&zot))) };
+        assert_eq!(decide_now(&[], Some(&shared), &PublishArgs::default()).action, Action::RemoveKey);
+        // Once our key is gone there is nothing more to withdraw, and the others' keys are not ours to delete.
+        let removed = Existing { text: None, ..shared.clone() };
+        assert_eq!(decide_now(&[], Some(&removed), &PublishArgs::default()).action, Action::Keep);
+        let foreign = Existing { shared: true, ..existing(false, Some(&doc(&zot))) };
+        assert_eq!(decide_now(&[], Some(&foreign), &PublishArgs::default()).action, Action::Keep);
+        let ours_only = desired_configmap(None, &PublishArgs::default());
+        assert!(ours_only.data.is_none() && ours_only.labels().contains_key(MANAGED_BY_LABEL));
+    }
+
+    #[test]
+    fn other_keys_and_binary_data_make_a_configmap_shared() {
+        let mut configmap = desired_configmap(Some(&doc(&registry("zot", 0, true))), &PublishArgs::default());
+        assert!(!Existing::from_configmap(&configmap).shared);
+        configmap.data.get_or_insert_default().insert("localRegistryHosting.v2".into(), "{}".into());
+        assert!(Existing::from_configmap(&configmap).shared);
+        configmap.data = None;
+        configmap.binary_data = Some(BTreeMap::from([("x".into(), k8s_openapi::ByteString(vec![1]))]));
+        assert!(Existing::from_configmap(&configmap).shared);
+    }
+
+    #[test]
     fn a_registry_never_seen_ready_is_not_published_on_credit() {
         let fresh = registry("fresh", 10, false);
         let steady = registry("steady", 0, true);
@@ -359,7 +402,7 @@ mod tests {
     #[test]
     fn the_desired_configmap_carries_one_key_and_our_label() {
         let settings = PublishArgs::default();
-        let configmap = desired_configmap(&doc(&registry("zot", 0, true)), &settings);
+        let configmap = desired_configmap(Some(&doc(&registry("zot", 0, true))), &settings);
         assert_eq!(configmap.metadata.namespace.as_deref(), Some("kube-public"));
         assert_eq!(configmap.metadata.name.as_deref(), Some("local-registry-hosting"));
         assert_eq!(configmap.labels().get(MANAGED_BY_LABEL).map(String::as_str), Some(MANAGER));

@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions
 use tracing::info;
 
 use crate::config::PublishArgs;
+use crate::plan::{Action, Existing, MANAGER, withdrawal};
 
 /// How long the controller's pods may take to exit: their termination grace period plus a margin.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -35,6 +36,8 @@ pub enum Error {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
     Withdrawn,
+    /// Other keys share the ConfigMap: only ours, and our label, were removed.
+    RemovedKey,
     NothingPublished,
     /// Another tool wrote it; it is theirs to remove.
     NotOurs,
@@ -56,9 +59,28 @@ pub async fn withdraw(
         info!(configmap = %target, "nothing to withdraw");
         return Ok(Outcome::NothingPublished);
     };
-    if !crate::plan::Existing::from_configmap(&configmap).owned {
-        info!(configmap = %target, "not withdrawn: another tool wrote it");
-        return Ok(Outcome::NotOurs);
+    let existing = Existing::from_configmap(&configmap);
+    match withdrawal(&existing) {
+        Action::Delete => {}
+        Action::RemoveKey => {
+            // Applying nothing as our field manager gives up our key and our managed-by label.
+            let mut nothing = ConfigMap::default();
+            nothing.metadata.name = configmap.metadata.name.clone();
+            nothing.metadata.namespace = configmap.metadata.namespace.clone();
+            api.patch(&publish.configmap_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&nothing))
+                .await
+                .map_err(failed)?;
+            info!(configmap = %target, "withdrawn: removed our key; the other keys stay");
+            return Ok(Outcome::RemovedKey);
+        }
+        _ if existing.owned => {
+            info!(configmap = %target, "nothing to withdraw");
+            return Ok(Outcome::NothingPublished);
+        }
+        _ => {
+            info!(configmap = %target, "not withdrawn: another tool wrote it");
+            return Ok(Outcome::NotOurs);
+        }
     }
     let preconditions = Preconditions {
         uid: configmap.metadata.uid.clone(),

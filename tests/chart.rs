@@ -76,6 +76,11 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
     ] {
         assert!(rendered.contains(expected), "custom values render {expected:?}:\n{rendered}");
     }
+    for address in ["fd00::1", "[fd00::1]", "192.168.49.2", "minikube.example"] {
+        let set = format!("registry.nodeAddress={address}");
+        let rendered = ok(tool("helm", &["template", "lrp", &chart(), "--set", &set]));
+        assert!(rendered.contains(&format!("- --node-address={address}")), "{address}");
+    }
     let defaults = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools"]));
     assert!(!defaults.contains("--leader-elect") && !defaults.contains("ServiceMonitor"), "off by default");
     for hardening in [
@@ -145,6 +150,10 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("registry.helpUrl=wiki", "/registry/helpUrl"),
         ("registry.builtin=maybe", "/registry/builtin"),
         ("replicaCount=3", "leaderElection.enabled"),
+        ("registry.nodeAddress=aaaa", "/registry/nodeAddress"),
+        ("registry.nodeAddress=0.0.0.0", "/registry/nodeAddress"),
+        ("registry.nodeAddress=::", "/registry/nodeAddress"),
+        ("registry.nodeAddress=fe80::1", "/registry/nodeAddress"),
     ] {
         let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -157,10 +157,12 @@ async fn probes_and_metrics_report_what_happens() {
 fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching_the_cluster() {
     // (flags, environment, the option the error must name)
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 7] = [
+    let cases: [Case; 9] = [
         (&["--registry-selector=app in registry"], &[], "--registry-selector"),
         (&["--help-url=not a url"], &[], "--help-url"),
         (&["--node-address=external-ip"], &[], "--node-address"),
+        (&["--node-address=0.0.0.0"], &[], "--node-address"),
+        (&["--node-address=fe80::1"], &[], "--node-address"),
         (&["--grace-period=soon"], &[], "--grace-period"),
         (&["--log-format=xml"], &[], "--log-format"),
         (&[], &[("LRP_NODE_ADDRESS", "bogus")], "--node-address"),

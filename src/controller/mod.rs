@@ -239,18 +239,16 @@ impl Publisher {
         match action {
             Action::Keep => Ok(()),
             Action::Apply { document, source } => {
-                let configmap = plan::desired_configmap(&document, &self.settings);
-                let params = PatchParams::apply(MANAGER).force();
-                let written = self
-                    .configmaps
-                    .patch(&self.settings.configmap_name, &params, &Patch::Apply(&configmap))
-                    .await
-                    .map_err(|source| Error::Apply { target: target.clone(), source })?;
-                self.context.metrics.wrote("apply");
+                self.apply(Some(&document), &target).await?;
                 self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
-                self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
+                Ok(())
+            }
+            Action::RemoveKey => {
+                self.apply(None, &target).await?;
+                self.context.metrics.published(None, None);
+                info!(configmap = %target, %old, "withdrawn: removed our key; the other keys stay");
                 Ok(())
             }
             Action::Delete => {
@@ -268,6 +266,20 @@ impl Publisher {
                 Ok(())
             }
         }
+    }
+
+    /// Server-side applies our part of the ConfigMap and waits for the watch to show it.
+    async fn apply(&self, document: Option<&LocalRegistryHostingV1>, target: &str) -> Result<(), Error> {
+        let configmap = plan::desired_configmap(document, &self.settings);
+        let params = PatchParams::apply(MANAGER).force();
+        let written = self
+            .configmaps
+            .patch(&self.settings.configmap_name, &params, &Patch::Apply(&configmap))
+            .await
+            .map_err(|source| Error::Apply { target: target.to_string(), source })?;
+        self.context.metrics.wrote("apply");
+        self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
+        Ok(())
     }
 
     /// Waits until the ConfigMap watch shows our own write, so the next pass does not repeat it.

@@ -18,6 +18,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+#[derive(Clone)]
 pub struct ServiceBuilder(Value);
 
 pub fn service(namespace: &str, name: &str) -> ServiceBuilder {
@@ -80,6 +81,15 @@ impl ServiceBuilder {
         self.0["status"] = json!({"loadBalancer": {"ingress": [{"hostname": hostname}]}});
         self
     }
+    /// Load-balancer ingress entries, each an IP or a host name, in the order the status lists them.
+    pub fn ingress(mut self, entries: &[&str]) -> Self {
+        let ingress: Vec<Value> = entries
+            .iter()
+            .map(|e| if e.parse::<std::net::IpAddr>().is_ok() { json!({"ip": e}) } else { json!({"hostname": e}) })
+            .collect();
+        self.0["status"] = json!({"loadBalancer": {"ingress": ingress}});
+        self
+    }
     pub fn build(self) -> Arc<Service> {
         Arc::new(from_json(self.0))
     }
@@ -126,6 +136,12 @@ pub fn node(name: &str, internal_ip: &str) -> Arc<Node> {
         "metadata": {"name": name},
         "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}]}
     })))
+}
+
+/// A node with several InternalIP addresses, as a dual-stack node lists them.
+pub fn dual_stack_node(name: &str, internal_ips: &[&str]) -> Arc<Node> {
+    let addresses: Vec<Value> = internal_ips.iter().map(|ip| json!({"type": "InternalIP", "address": ip})).collect();
+    Arc::new(from_json(json!({"metadata": {"name": name}, "status": {"addresses": addresses}})))
 }
 
 pub fn proxy_daemonset(host_port: i32) -> Arc<DaemonSet> {

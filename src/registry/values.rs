@@ -6,7 +6,8 @@ use kube::ResourceExt;
 
 use super::{Cluster, Problem, Registry, ServiceId, Source, object_reference, service_id};
 use crate::config::{NodeAddress, PublishArgs};
-use crate::hosting::LocalRegistryHostingV1;
+use crate::hosting::address::Host;
+use crate::hosting::{InvalidValue, LocalRegistryHostingV1};
 
 pub mod annotations {
     pub const PORT: &str = "local-registry-publisher.io/port";
@@ -57,21 +58,21 @@ fn document(
     let host_port = port.and_then(|p| host_port(service, p, source, cluster));
     let node_port =
         port.and_then(|p| p.node_port).filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
-    let with_port = |name: &str, port: Option<i32>| match port {
-        Some(port) => format!("{}:{port}", name.to_ascii_lowercase()),
-        None => name.to_ascii_lowercase(),
+    // IPv6 in brackets, names lowercase without a root dot; an address that fits no rule is kept as given, for
+    // validation to name the rule.
+    let with_port = |address: &str, port: Option<i32>| match Host::normalise(address) {
+        Ok(host) => host.with_port(port),
+        Err(_) => port.map_or_else(|| address.to_string(), |port| format!("{address}:{port}")),
     };
 
     let cluster_network = match &external_name {
         Some(name) => with_port(name, service_port),
         None => with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), service_port),
     };
-    let load_balancer = service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|ingress| ingress.iter().find_map(|i| i.ip.clone().or_else(|| i.hostname.clone())));
+    let load_balancer =
+        service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
+            |ingress| preferred_address(ingress.iter().filter_map(|i| i.ip.as_deref().or(i.hostname.as_deref()))),
+        );
     let outside_port = host_port.or(node_port);
     let host = match (load_balancer, outside_port) {
         (Some(address), _) => Some(with_port(&address, service_port)),
@@ -80,26 +81,63 @@ fn document(
         }
         (None, None) => None,
     };
-    let mut runtime = outside_port.map(|port| format!("localhost:{port}"));
-    if runtime == host {
-        // Readers fall back to host; leaving the duplicate out keeps "localhost:" off every line but host's.
-        runtime = None;
-    } else if let Some(value) = &runtime {
-        // Same address, but line-based readers grep for "host:" and would take a "localhost:" line for the host.
-        runtime = Some(value.replacen("localhost:", "127.0.0.1:", 1));
-    }
+    let host = overridden(service, annotations::HOST, host)?;
+    // The node's runtime reaches a hostPort or nodePort on its own loopback, whatever tools outside use.
+    let runtime = outside_port.map(|port| format!("localhost:{port}")).and_then(|runtime| {
+        if Some(&runtime) == host.as_ref() {
+            // Readers fall back to host; leaving the duplicate out keeps "localhost:" off every line but host's.
+            None
+        } else {
+            // Same address, but line-based readers grep for "host:" and would take a "localhost:" line for host.
+            Some(runtime.replacen("localhost:", "127.0.0.1:", 1))
+        }
+    });
 
     let derived = LocalRegistryHostingV1 {
-        host: overridden(service, annotations::HOST, host)?,
+        host,
         host_from_container_runtime: overridden(service, annotations::HOST_FROM_CONTAINER_RUNTIME, runtime)?,
         host_from_cluster_network: overridden(service, annotations::HOST_FROM_CLUSTER_NETWORK, Some(cluster_network))?,
         help: overridden(service, annotations::HELP, settings.help_url.clone())?,
     };
-    derived.validate().map_err(|invalid| Problem {
-        reason: "InvalidValue",
-        message: format!("the derived document is not publishable: {invalid}; set an annotation to override it"),
-    })?;
+    derived.validate().map_err(|invalid| Problem { reason: "InvalidValue", message: not_publishable(&invalid) })?;
     Ok(derived)
+}
+
+/// Why a derived value cannot be published, and a fix that would pass: the annotation that overrides that field,
+/// with an example only when the example itself is publishable.
+fn not_publishable(invalid: &InvalidValue) -> String {
+    let annotation = match invalid.field {
+        "host" => annotations::HOST,
+        "hostFromContainerRuntime" => annotations::HOST_FROM_CONTAINER_RUNTIME,
+        "hostFromClusterNetwork" => annotations::HOST_FROM_CLUSTER_NETWORK,
+        _ => annotations::HELP,
+    };
+    let example = invalid.value.replacen("localhost:", "127.0.0.1:", 1);
+    let passes = example != invalid.value
+        && LocalRegistryHostingV1 {
+            host: Some("localhost".into()),
+            host_from_container_runtime: (invalid.field == "hostFromContainerRuntime").then(|| example.clone()),
+            host_from_cluster_network: (invalid.field == "hostFromClusterNetwork").then(|| example.clone()),
+            ..Default::default()
+        }
+        .validate()
+        .is_ok();
+    let fix = if passes { format!(" (for example {example:?})") } else { String::new() };
+    format!(
+        "the derived document is not publishable: {invalid}; set annotation {annotation} to a value that is{fix}, \
+         or to \"\" to leave the field out"
+    )
+}
+
+/// Of a load balancer's addresses, the one readers most likely reach: IPv4 first (every developer machine has it),
+/// then a host name (it resolves to whatever the reader's machine uses), then IPv6.
+fn preferred_address<'a>(addresses: impl Iterator<Item = &'a str> + Clone) -> Option<String> {
+    let family = |address: &str| match address.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => 0,
+        Err(_) => 1,
+        Ok(std::net::IpAddr::V6(_)) => 2,
+    };
+    addresses.min_by_key(|address| family(address)).map(str::to_string)
 }
 
 /// The annotation's value when set (an empty value leaves the field out), else the derived one.
@@ -235,7 +273,8 @@ fn node_address(id: &ServiceId, source: &Source, cluster: &Cluster, settings: &P
         let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
         let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
         let addresses = node.status.as_ref()?.addresses.as_ref()?;
-        return addresses.iter().find(|a| a.type_ == "InternalIP").map(|a| a.address.clone());
+        let internal = addresses.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.as_str());
+        return preferred_address(internal);
     }
     match &settings.node_address {
         NodeAddress::Literal(address) => Some(address.clone()),
@@ -395,6 +434,93 @@ mod tests {
         for (name, cluster, settings, expected) in cases {
             assert_eq!(publish(&cluster, settings), Ok(expected), "{name}");
         }
+    }
+
+    #[test]
+    fn ipv6_and_dual_stack_addresses_are_bracketed_and_ipv4_is_preferred() {
+        let nodeport = || service("reg", "zot").type_("NodePort").port(None, 5000, Some(30500));
+        let lb = |entries: &[&str]| {
+            labelled(service("reg", "zot").type_("LoadBalancer").port(None, 5000, Some(31000)).ingress(entries))
+        };
+        let internal = PublishArgs { node_address: NodeAddress::InternalIp, ..PublishArgs::default() };
+        let on_node = |node: std::sync::Arc<k8s_openapi::api::core::v1::Node>| {
+            let mut cluster = labelled(nodeport().selector(&[("app", "zot")]));
+            cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "node-a")]));
+            cluster.nodes.push(node);
+            cluster
+        };
+        let literal = |address: &str| PublishArgs {
+            node_address: <crate::config::Args as clap::Parser>::try_parse_from(["x", "--node-address", address])
+                .expect("a valid node address")
+                .publish
+                .node_address,
+            ..PublishArgs::default()
+        };
+        let host_of = |cluster: Cluster, settings: &PublishArgs| publish(&cluster, settings).map(|d| d.host);
+        let defaults = PublishArgs::default();
+        for (name, host, expected) in [
+            ("IPv6 load balancer", host_of(lb(&["fd00:10::200"]), &defaults), "[fd00:10::200]:5000"),
+            (
+                "dual-stack, IPv6 listed first",
+                host_of(lb(&["fd00:10::200", "172.18.0.50"]), &defaults),
+                "172.18.0.50:5000",
+            ),
+            ("name over IPv6", host_of(lb(&["fd00:10::200", "lb.example"]), &defaults), "lb.example:5000"),
+            ("IPv6 node address flag", host_of(labelled(nodeport()), &literal("fd00::1")), "[fd00::1]:30500"),
+            ("IPv6 loopback flag", host_of(labelled(nodeport()), &literal("::1")), "[::1]:30500"),
+            ("IPv6-only node", host_of(on_node(dual_stack_node("node-a", &["fd00::7"])), &internal), "[fd00::7]:30500"),
+            (
+                "dual-stack node",
+                host_of(on_node(dual_stack_node("node-a", &["fd00::7", "10.0.0.7"])), &internal),
+                "10.0.0.7:30500",
+            ),
+        ] {
+            assert_eq!(host, Ok(Some(expected.to_string())), "{name}");
+        }
+        let document = publish(&lb(&["fd00:10::200"]), &defaults).expect("publishable");
+        assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:31000"));
+    }
+
+    #[test]
+    fn the_runtime_value_follows_the_rule_whatever_host_is_overridden_to() {
+        let nodeport = service("reg", "zot").type_("NodePort").port(None, 5000, Some(30600));
+        let overridden = labelled(nodeport.clone().annotation(annotations::HOST, "registry.localhost:5000"));
+        let document = publish(&overridden, &PublishArgs::default()).expect("publishable");
+        assert_eq!(document.host.as_deref(), Some("registry.localhost:5000"));
+        assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:30600"), "the nodePort");
+        // Overridden to exactly what the runtime would use: readers fall back to host.
+        let same = labelled(nodeport.annotation(annotations::HOST, "localhost:30600"));
+        assert_eq!(publish(&same, &PublishArgs::default()).expect("publishable").host_from_container_runtime, None);
+    }
+
+    #[test]
+    fn external_names_are_normalised_and_warnings_suggest_only_fixes_that_pass() {
+        let external = |name: &str| {
+            labelled(service("reg", "ext").type_("ExternalName").external_name(name).port(Some("registry"), 5000, None))
+        };
+        let document = publish(&external("Registry.Example."), &PublishArgs::default()).expect("publishable");
+        assert_eq!(document.host_from_cluster_network.as_deref(), Some("registry.example:5000"));
+
+        // "localhost:5000" would be read as the host line by line-based readers; 127.0.0.1 is the same address.
+        let problem = publish(&external("localhost"), &PublishArgs::default()).expect_err("host: rule");
+        assert_eq!(problem.reason, "InvalidValue");
+        assert!(
+            problem.message.contains(annotations::HOST_FROM_CLUSTER_NETWORK)
+                && problem.message.contains("\"127.0.0.1:5000\""),
+            "{}",
+            problem.message
+        );
+        let fixed = labelled(
+            service("reg", "ext")
+                .type_("ExternalName")
+                .external_name("localhost")
+                .port(Some("registry"), 5000, None)
+                .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "127.0.0.1:5000"),
+        );
+        assert!(publish(&fixed, &PublishArgs::default()).is_ok(), "the suggested fix passes");
+        // No publishable example exists for a value that breaks another rule: none is suggested.
+        let problem = publish(&external("unknown"), &PublishArgs::default()).expect_err("placeholder");
+        assert!(!problem.message.contains("for example"), "{}", problem.message);
     }
 
     #[test]

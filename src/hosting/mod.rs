@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod address;
+
 /// The only data key any reader reads today.
 pub const DATA_KEY: &str = "localRegistryHosting.v1";
 
@@ -115,45 +117,16 @@ impl fmt::Display for LocalRegistryHostingV1 {
     }
 }
 
-/// `name[:port]` as container tools parse an image reference's registry part.
+/// `name[:port]` as container tools parse an image reference's registry part (see [`address`]), plus what readers
+/// make of names: a bare one is a Docker Hub namespace.
 fn validate_host(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("is empty".into());
+    let host = address::check(value)?;
+    let name = value.split(':').next().unwrap_or_default();
+    if name == "unknown" {
+        return Err("\"unknown\" is a placeholder, not a host".into());
     }
-    if value.contains("://") {
-        return Err("must not have a scheme (no http:// or https://)".into());
-    }
-    if value.contains('/') {
-        return Err("must be host[:port] with no path or trailing slash".into());
-    }
-    if let Some(bad) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\')) {
-        return Err(format!("must not contain {bad:?}"));
-    }
-    if value.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err("must be lowercase (image references reject upper-case registry names)".into());
-    }
-    let (name, port) = split_host_port(value)?;
-    if let Some(port) = port {
-        match port.parse::<u16>() {
-            Ok(p) if p > 0 => {}
-            _ => return Err(format!("port {port:?} is not a number from 1 to 65535")),
-        }
-    }
-    if name.starts_with('[') {
-        if name == "[::]" {
-            return Err("the unspecified address [::] is not reachable".into());
-        }
-    } else if name.parse::<std::net::Ipv4Addr>().is_ok() {
-        if name == "0.0.0.0" {
-            return Err("0.0.0.0 is a listen address, not one to connect to".into());
-        }
-    } else {
-        validate_dns_name(name)?;
-        if name == "unknown" {
-            return Err("\"unknown\" is a placeholder, not a host".into());
-        }
-    }
-    if port.is_none() && !name.contains('.') && !name.starts_with('[') && name != "localhost" {
+    // Docker normalises a first path component without a dot or a port, other than localhost, to docker.io/<it>.
+    if !host.is_ip() && !value.contains(':') && !name.contains('.') && name != "localhost" {
         return Err(format!(
             "a bare name like {name:?} is read as a Docker Hub namespace: add a port, use a dotted name, or localhost"
         ));
@@ -161,51 +134,30 @@ fn validate_host(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn split_host_port(value: &str) -> Result<(&str, Option<&str>), String> {
-    if let Some(rest) = value.strip_prefix('[') {
-        let end = rest.find(']').ok_or("an IPv6 address lacks its closing bracket")?;
-        let name = &value[..end + 2];
-        return match &value[end + 2..] {
-            "" => Ok((name, None)),
-            after => after.strip_prefix(':').map(|p| (name, Some(p))).ok_or_else(|| "junk after ]".to_string()),
-        };
-    }
-    match value.split_once(':') {
-        None => Ok((value, None)),
-        Some((_, port)) if port.contains(':') => Err("an IPv6 address must be in brackets, like [::1]:5000".into()),
-        Some((name, port)) => Ok((name, Some(port))),
-    }
-}
+/// The longest help URL published; readers print it, and a longer one is more likely an attack than a link.
+const MAX_HELP_LEN: usize = 2048;
 
-fn validate_dns_name(name: &str) -> Result<(), String> {
-    if name.len() > 253 {
-        return Err("the name is longer than 253 characters".into());
-    }
-    for label in name.split('.') {
-        let valid = !label.is_empty()
-            && label.len() <= 63
-            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-');
-        if !valid {
-            return Err(format!("{label:?} is not a valid DNS label"));
-        }
-    }
-    Ok(())
-}
-
+/// An absolute http(s) URL whose authority is a real host, in printable ASCII (percent-encode the rest).
 fn validate_help(value: &str) -> Result<(), String> {
+    if value.len() > MAX_HELP_LEN {
+        return Err(format!("is {} characters long; at most {MAX_HELP_LEN}", value.len()));
+    }
     let rest = value
         .strip_prefix("https://")
         .or_else(|| value.strip_prefix("http://"))
         .ok_or("must be an absolute http:// or https:// URL")?;
+    if let Some(bad) = value.chars().find(|c| !c.is_ascii_graphic() || matches!(c, '"' | '\\')) {
+        return Err(format!("must not contain {bad:?} (printable ASCII only; percent-encode the rest)"));
+    }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.is_empty() {
         return Err("the URL has no host".into());
     }
-    if let Some(bad) = value.chars().find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\\')) {
-        return Err(format!("must not contain {bad:?}"));
+    if authority.contains('@') {
+        return Err("must not carry user information (kube-public is readable by every user)".into());
     }
+    address::check(&authority.to_ascii_lowercase())
+        .map_err(|reason| format!("the URL's host {authority:?} {reason}"))?;
     Ok(())
 }
 
@@ -280,6 +232,9 @@ mod tests {
             ("reg istry:5000", "contain"),
             ("-bad.local:5000", "DNS label"),
             ("[::]:5000", "unspecified"),
+            ("[0:0::0]:5000", "unspecified"),
+            ("[evil.example]:5000", "IPv6 address"),
+            ("localhost:+5000", "plain digits"),
         ];
         for (value, reason) in cases {
             let error = validate_host(value).expect_err(value);
@@ -291,7 +246,21 @@ mod tests {
     fn help_must_be_an_absolute_http_url() {
         assert_eq!(validate_help("https://kind.sigs.k8s.io/docs/user/local-registry/"), Ok(()));
         assert_eq!(validate_help("http://wiki.example/registry?x=1"), Ok(()));
-        for bad in ["kind.sigs.k8s.io", "ftp://x.dev", "https://", "https://x.dev/a b", "https://x.dev/\"q\""] {
+        let long = format!("https://x.dev/{}", "a".repeat(10_000));
+        for bad in [
+            "kind.sigs.k8s.io",
+            "ftp://x.dev",
+            "https://",
+            "https://@/",
+            "https://user:secret@x.dev/",
+            "https://x.dev/a b",
+            "https://x.dev/\"q\"",
+            "\u{feff}https://x.dev/",
+            "https://x.dev/\u{202e}",
+            "https://x.dev/\u{fffe}",
+            "https://[::g]/",
+            long.as_str(),
+        ] {
             assert!(validate_help(bad).is_err(), "{bad}");
         }
     }
