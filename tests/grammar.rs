@@ -6,21 +6,26 @@
 //! `make test` runs the default number of cases; `make fuzz` runs many more (PROPTEST_CASES).
 
 use local_registry_publisher::hosting::LocalRegistryHostingV1;
+use std::sync::LazyLock;
+
 use proptest::prelude::*;
 use regex::Regex;
 
 /// distribution/reference regexp.go: domainAndPort, anchored.
-fn reference_domain() -> Regex {
-    let component = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
-    let domain_name = format!(r"{component}(?:\.{component})*");
-    let ipv6 = r"\[(?:[a-fA-F0-9:]+)\]";
-    Regex::new(&format!(r"^(?:{domain_name}|{ipv6})(?::[0-9]+)?$")).expect("regexp")
+fn reference_domain() -> &'static Regex {
+    static DOMAIN: LazyLock<Regex> = LazyLock::new(|| {
+        let component = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+        let domain_name = format!(r"{component}(?:\.{component})*");
+        let ipv6 = r"\[(?:[a-fA-F0-9:]+)\]";
+        Regex::new(&format!(r"^(?:{domain_name}|{ipv6})(?::[0-9]+)?$")).expect("regexp")
+    });
+    &DOMAIN
 }
 
 /// `grep "host:" | sed 's/ *host: *//' | tr -d '"'`, the knative Tiltfile's reader.
 fn line_reader(document: &str) -> Vec<String> {
-    let sed = Regex::new(r" *host: *").expect("regexp");
-    document.lines().filter(|l| l.contains("host:")).map(|l| sed.replacen(l, 1, "").replace('"', "")).collect()
+    static SED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r" *host: *").expect("regexp"));
+    document.lines().filter(|l| l.contains("host:")).map(|l| SED.replacen(l, 1, "").replace('"', "")).collect()
 }
 
 /// Pieces real and hostile inputs are made of.
