@@ -4,18 +4,12 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use local_registry_publisher::config::NodeAddress;
 use local_registry_publisher::hosting::DATA_KEY;
 use serde_json::json;
 use support::*;
-
-async fn node_port(scenario: &Scenario, name: &str) -> i32 {
-    let service = Api::<Service>::namespaced(scenario.client.clone(), &scenario.ns).get(name).await.expect("service");
-    let ports = service.spec.and_then(|s| s.ports).unwrap_or_default();
-    ports.first().and_then(|p| p.node_port).expect("an allocated nodePort")
-}
 
 fn typed(name: &str, type_: &str, annotations: serde_json::Value) -> serde_json::Value {
     service(name, registry_label(), annotations, json!({"type": type_, "ports": [{"name": "registry", "port": 5000}]}))

@@ -25,21 +25,7 @@ fn chart() -> String {
 
 /// Runs a tool built by hack/tools.sh (helm, kubectl) against the shared control plane.
 fn tool(name: &str, args: &[&str]) -> Output {
-    let plane = ControlPlane::shared();
-    Command::new(plane.tools().join(name))
-        .args(args)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
-        .output()
-        .unwrap_or_else(|e| panic!("run {name}: {e}"))
-}
-
-fn ok(output: Output) -> String {
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&output.stderr), text);
-    text
+    support::tool(ControlPlane::shared(), name, args)
 }
 
 fn stdin_tool(name: &str, args: &[&str], input: &str) -> Output {

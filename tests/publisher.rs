@@ -5,18 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use local_registry_publisher::hosting::DATA_KEY;
 use local_registry_publisher::plan::{MANAGED_BY_LABEL, MANAGER};
 use serde_json::json;
 use support::*;
-
-async fn node_port(scenario: &Scenario, name: &str) -> i32 {
-    let service = Api::<Service>::namespaced(scenario.client.clone(), &scenario.ns).get(name).await.expect("service");
-    let ports = service.spec.and_then(|s| s.ports).unwrap_or_default();
-    ports.first().and_then(|p| p.node_port).expect("an allocated nodePort")
-}
 
 fn cluster_host(scenario: &Scenario, service: &str, port: u16) -> String {
     format!("{service}.{}.svc.cluster.local:{port}", scenario.ns)

@@ -20,7 +20,7 @@ use kube::api::{Api, LogParams};
 use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
-use support::{apply_in, wait_until};
+use support::{apply_in, ok, wait_until};
 use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
 
@@ -60,21 +60,7 @@ fn images() -> &'static Image {
 }
 
 fn tool(name: &str, args: &[&str]) -> Output {
-    let plane = plane();
-    Command::new(plane.tools().join(name))
-        .args(args)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
-        .output()
-        .unwrap_or_else(|e| panic!("run {name}: {e}"))
-}
-
-fn ok(output: Output) -> String {
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&output.stderr), text);
-    text
+    support::tool(plane(), name, args)
 }
 
 fn helm_install(release: &str, ns: &str, values: &[&str]) {
@@ -287,24 +273,26 @@ fn isolated_values(ns: &str) -> Vec<String> {
     ]
 }
 
-async fn external_registry(client: &Client, ns: &str) {
+/// A release named `release` in a fresh namespace of the same name, publishing an ExternalName registry there.
+async fn isolated_release(release: &str) -> (Client, String) {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, release).await.expect("namespace");
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
             "annotations": {"local-registry-publisher.io/host": "localhost:5001"}},
         "spec": {"type": "ExternalName", "externalName": "kind-registry", "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(client, ns, service).await;
+    apply_in(&client, &ns, service).await;
+    let values = isolated_values(&ns);
+    helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
+    (client, ns)
 }
 
 #[tokio::test]
 async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "upgrade").await.expect("namespace");
-    external_registry(&client, &ns).await;
-    let values = isolated_values(&ns);
-    helm_install("upgrade", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
+    let (client, ns) = isolated_release("upgrade").await;
 
     // Follow every pod of the Deployment through the upgrade: which exist and have not finished, after each
     // change the API server reports.
@@ -360,14 +348,7 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
 
 #[tokio::test]
 async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_is_left() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "uninstall").await.expect("namespace");
-    external_registry(&client, &ns).await;
-    let values = isolated_values(&ns);
-    helm_install("uninstall", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
+    let (client, ns) = isolated_release("uninstall").await;
 
     ok(tool("helm", &["uninstall", "uninstall", "-n", &ns, "--wait", "--timeout", "180s"]));
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);

@@ -236,6 +236,33 @@ pub fn registry_label() -> Value {
     serde_json::json!({"local-registry-publisher.io/registry": "true"})
 }
 
+/// Runs a tool built by hack/tools.sh (helm, kubectl) against `plane`, with helm's state in its directory.
+pub fn tool(plane: &ControlPlane, name: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(plane.tools().join(name))
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+/// A tool's stdout, after asserting it succeeded.
+pub fn ok(output: std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "failed: {}\n{}", String::from_utf8_lossy(&output.stderr), text);
+    text
+}
+
+/// The nodePort allocated to the first port of a Service in the scenario's namespace.
+pub async fn node_port(scenario: &Scenario, name: &str) -> i32 {
+    let api = Api::<k8s_openapi::api::core::v1::Service>::namespaced(scenario.client.clone(), &scenario.ns);
+    let service = api.get(name).await.expect("service");
+    let ports = service.spec.and_then(|s| s.ports).unwrap_or_default();
+    ports.first().and_then(|p| p.node_port).expect("an allocated nodePort")
+}
+
 pub fn resource_version(configmap: &ConfigMap) -> String {
     configmap.resource_version().unwrap_or_default()
 }
