@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -15,6 +15,8 @@ use crate::metrics::Metrics;
 
 /// The reconcile loop beats at least this often; twice this without a beat means it is stuck.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Writes the API server refused in a row before /readyz says so: one may be a conflict that the retry fixes.
+pub const FAILED_WRITES_NOT_READY: u32 = 3;
 
 /// What the probes report, written by the watches and the reconcile loop.
 #[derive(Debug)]
@@ -23,6 +25,7 @@ pub struct Health {
     api_reachable: AtomicBool,
     watches_alive: AtomicBool,
     heartbeat: AtomicU64,
+    failed_writes: AtomicU32,
 }
 
 impl Default for Health {
@@ -32,6 +35,7 @@ impl Default for Health {
             api_reachable: AtomicBool::new(false),
             watches_alive: AtomicBool::new(true),
             heartbeat: AtomicU64::new(0),
+            failed_writes: AtomicU32::new(0),
         };
         health.beat();
         health
@@ -49,6 +53,15 @@ impl Health {
 
     pub fn set_api_reachable(&self, reachable: bool) {
         self.api_reachable.store(reachable, Ordering::Release);
+    }
+
+    /// Writes of the ConfigMap that failed in a row; zero after one succeeds.
+    pub fn set_failed_writes(&self, count: u32) {
+        self.failed_writes.store(count, Ordering::Release);
+    }
+
+    pub fn failed_writes(&self) -> u32 {
+        self.failed_writes.load(Ordering::Acquire)
     }
 
     pub fn set_watches_alive(&self, alive: bool) {
@@ -75,6 +88,9 @@ impl Health {
         }
         if !self.synced.load(Ordering::Acquire) {
             return Err("the watch caches are not synced yet");
+        }
+        if self.failed_writes() >= FAILED_WRITES_NOT_READY {
+            return Err("the API server refuses every write of the ConfigMap (see the PublishFailed Events)");
         }
         Ok(())
     }

@@ -203,6 +203,18 @@ pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &P
     configmap
 }
 
+/// The published ConfigMap as an Event's subject, for what concerns no registry.
+pub fn configmap_reference(settings: &PublishArgs, existing: Option<&Existing>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        namespace: Some(settings.configmap_namespace.clone()),
+        name: Some(settings.configmap_name.clone()),
+        uid: existing.and_then(|e| e.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
 fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
     Notice { regarding: registry.reference.clone(), warning: true, reason, message }
 }

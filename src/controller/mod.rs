@@ -47,6 +47,15 @@ impl Error {
             Error::Delete { .. } => "delete",
         }
     }
+
+    /// What the API server said, for users: its own message when it refused, else the transport error.
+    fn refusal(&self) -> String {
+        let (Error::Apply { source, .. } | Error::Delete { source, .. }) = self;
+        match source {
+            kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Asks the API server's own /readyz (which covers etcd) every heartbeat: watches can stay open on the API
@@ -209,8 +218,31 @@ impl Publisher {
             self.held_back = decision.held_back.clone();
         }
         // Write first: readers wait on the ConfigMap, and an Event should tell what happened, not what will.
+        let source = match &decision.action {
+            Action::Apply { source, .. } => source.clone(),
+            _ => None,
+        };
         let written = self.execute(decision.action, existing.as_ref()).await;
-        self.events.record(&decision.notices).await;
+        let mut notices = decision.notices;
+        match &written {
+            Ok(()) => self.context.health.set_failed_writes(0),
+            Err(error) => {
+                self.context.health.set_failed_writes(self.context.health.failed_writes() + 1);
+                // A refused write is told where users look: on the registry it was for, else on the ConfigMap.
+                let regarding = source
+                    .and_then(|id| registries.iter().find(|r| r.id == id))
+                    .map(|r| r.reference.clone())
+                    .unwrap_or_else(|| plan::configmap_reference(&self.settings, existing.as_ref()));
+                let target = format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name);
+                let message = format!(
+                    "could not {} {target}: {}; what readers see is unchanged",
+                    error.metric_label(),
+                    error.refusal()
+                );
+                notices.push(plan::Notice { regarding, warning: true, reason: "PublishFailed", message });
+            }
+        }
+        self.events.record(&notices).await;
         written?;
         Ok(decision.recheck_after)
     }

@@ -72,8 +72,19 @@ impl Scenario {
 
     /// Starts the publisher with the current settings.
     pub fn start(&self) -> Running {
+        self.start_with(Context::standalone())
+    }
+
+    /// Starts the publisher and returns the health its probes report.
+    pub fn start_with_health(&self) -> (Running, std::sync::Arc<local_registry_publisher::http::Health>) {
+        let health = std::sync::Arc::new(local_registry_publisher::http::Health::default());
+        let context = Context::new(local_registry_publisher::metrics::Metrics::default(), health.clone(), None);
+        (self.start_with(context), health)
+    }
+
+    fn start_with(&self, context: Context) -> Running {
         let (stop, stopped) = oneshot::channel();
-        let publisher = Publisher::new(self.client.clone(), self.settings.clone(), Context::standalone());
+        let publisher = Publisher::new(self.client.clone(), self.settings.clone(), context);
         let task = tokio::spawn(publisher.run(async move {
             let _ = stopped.await;
         }));

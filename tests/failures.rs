@@ -1,0 +1,78 @@
+//! Every failure is seen (the shared-cluster issue): a write the API server refuses becomes a Warning Event where
+//! users look, a log line, a metric and, after a few in a row, a failing /readyz, while readers keep the last good
+//! document; and a value the API server would refuse is rejected before any write.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use local_registry_publisher::hosting::DATA_KEY;
+use serde_json::json;
+use support::*;
+
+fn registry() -> serde_json::Value {
+    service("zot", registry_label(), json!({}), json!({"ports": [{"name": "registry", "port": 5000}]}))
+}
+
+/// Another tool's ConfigMap that no write of ours can change, and the settings that try anyway.
+async fn refused(prefix: &str, configmap: serde_json::Value) -> (Scenario, ConfigMap) {
+    let mut s = Scenario::new(prefix).await;
+    s.settings.take_over = true;
+    let configmap: ConfigMap = serde_json::from_value(configmap).expect("a ConfigMap");
+    let created = s.configmaps().create(&PostParams::default(), &configmap).await.expect("create the ConfigMap");
+    (s, created)
+}
+
+async fn refusal_is_seen(s: &Scenario, before: &ConfigMap, needle: &str) {
+    let (_run, health) = s.start_with_health();
+    s.apply(registry()).await;
+    let note = s.wait_event("zot", "PublishFailed").await;
+    assert!(note.contains(needle) && note.contains("unchanged"), "{note}");
+    let failing = wait_until(SOON, || async { health.ready().err() }).await;
+    let reason = failing.expect("/readyz fails after repeated refusals");
+    assert!(reason.contains("PublishFailed"), "{reason}");
+    let after = s.configmap().await.expect("the ConfigMap stays");
+    assert_eq!(after.data, before.data, "readers keep what they had");
+    assert_eq!(after.binary_data, before.binary_data);
+}
+
+#[tokio::test]
+async fn an_immutable_configmap_that_refuses_every_write_is_reported_not_retried_in_silence() {
+    let (s, before) = refused(
+        "immutable",
+        json!({"metadata": {"name": TARGET}, "immutable": true, "data": {DATA_KEY: "host: \"localhost:5001\"\n"}}),
+    )
+    .await;
+    refusal_is_seen(&s, &before, "immutable").await;
+}
+
+#[tokio::test]
+async fn our_key_in_binary_data_that_refuses_every_write_is_reported() {
+    let (s, before) =
+        refused("binary", json!({"metadata": {"name": TARGET}, "binaryData": {DATA_KEY: "aG9zdDogeA=="}})).await;
+    refusal_is_seen(&s, &before, "binaryData").await;
+}
+
+#[tokio::test]
+async fn an_annotation_the_api_server_would_refuse_is_rejected_before_any_write() {
+    let s = Scenario::new("fffe").await;
+    let (_run, health) = s.start_with_health();
+    s.apply(registry()).await;
+    let good = s.wait_cluster_host("zot", 5000).await;
+    // JSON carries U+FFFE where YAML (and so server-side apply) refuses it; a tenant's client sends JSON.
+    let hostile = json!({"metadata": {"annotations": {
+        "local-registry-publisher.io/host-from-cluster-network": "zot.example\u{fffe}:5000"}}});
+    let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(s.client.clone(), &s.ns);
+    services
+        .patch("zot", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&hostile))
+        .await
+        .expect("JSON patch");
+    let note = s.wait_event("zot", "InvalidAnnotation").await;
+    assert!(note.contains("printable ASCII"), "{note}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.published().await, Some(good), "the last good document stays");
+    assert_eq!(health.failed_writes(), 0, "nothing the API server refuses was sent");
+    assert!(s.occurrences("zot", "PublishFailed").await == 0);
+}
