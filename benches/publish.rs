@@ -27,6 +27,7 @@ async fn main() {
         .args([
             format!("--kubeconfig={}", plane.kubeconfig().display()),
             format!("--configmap-namespace={ns}"),
+            format!("--registry-namespaces={ns}"),
             "--log-level=warn".to_string(),
             "--http-address=127.0.0.1:0".to_string(),
         ])

@@ -8,6 +8,10 @@ use clap::{Parser, ValueEnum};
 use crate::hosting;
 
 pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
+/// The namespace label that lets a namespace name the cluster's registry. Setting labels on a namespace is a
+/// cluster-admin right: the built-in `admin` and `edit` roles do not grant it.
+pub const ALLOWED_NAMESPACE_LABEL: &str = "local-registry-publisher.io/registries";
+pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
 
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -67,9 +71,16 @@ pub struct PublishArgs {
     #[arg(long, env = "LRP_NO_BUILTIN_REGISTRIES")]
     pub no_builtin_registries: bool,
 
-    /// Namespaces to watch for registries, comma-separated; all namespaces when empty.
+    /// Namespaces to watch for registries, comma-separated; all namespaces when empty. Namespaces named here are
+    /// trusted to name the cluster's registry.
     #[arg(long, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub watch_namespaces: Vec<String>,
+
+    /// Namespaces trusted to name the cluster's registry, comma-separated, besides those a cluster admin labelled
+    /// local-registry-publisher.io/registries=allowed. A registry Service anywhere else is ignored with a Warning
+    /// Event, because anyone who may create a Service there could otherwise redirect every push in the cluster.
+    #[arg(long, env = "LRP_REGISTRY_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    pub registry_namespaces: Vec<String>,
 
     /// Namespace of the published ConfigMap.
     #[arg(long, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]

@@ -110,15 +110,21 @@ pub fn decide(
     settings: &PublishArgs,
 ) -> Decision {
     let published = existing.and_then(Existing::document);
+    // A registry from a namespace that may not name the cluster's registry takes no part; it is only told why.
+    let (trusted, untrusted): (Vec<&Registry>, Vec<&Registry>) = registries.iter().partition(|r| r.trusted);
+    let registries = trusted;
     let grace = |r: &Registry| readiness.grace_left(&r.id, now, settings.grace_period);
     // An unready registry keeps its place only while its grace lasts, and only if it is what readers see now:
     // a registry that was never ready here is not published on credit.
     let eligible = |r: &Registry| r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published.as_ref());
-    let winner = registries.iter().find(|r| eligible(r));
-    let recheck_after = registries.iter().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
+    let winner = registries.iter().copied().find(|r| eligible(r));
+    let recheck_after = registries.iter().copied().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
 
-    let mut notices = Vec::new();
-    for registry in registries {
+    let mut notices: Vec<Notice> = untrusted
+        .iter()
+        .map(|r| warning(r, "NamespaceNotAllowed", crate::registry::untrusted_message(&r.id.namespace)))
+        .collect();
+    for &registry in &registries {
         if let Err(problem) = &registry.document {
             notices.push(warning(registry, problem.reason, problem.message.clone()));
         } else if winner.is_none_or(|w| w.id != registry.id) {
@@ -137,7 +143,7 @@ pub fn decide(
     let desired = match winner {
         Some(Registry { document: Err(_), .. }) => None,
         Some(Registry { document: Ok(document), id, .. }) => Some(Some((document.clone(), Some(id.clone())))),
-        None => Some(help_only(registries, settings).map(|d| (d, None))),
+        None => Some(help_only(&registries, settings).map(|d| (d, None))),
     };
     let target = format!("{}/{}", settings.configmap_namespace, settings.configmap_name);
     let (action, held_back) = match (desired, existing) {
@@ -187,7 +193,7 @@ pub fn withdrawal(existing: &Existing) -> Action {
 }
 
 /// The help-only document for when no registry is usable: the configured URL, else the best registry's own.
-fn help_only(registries: &[Registry], settings: &PublishArgs) -> Option<LocalRegistryHostingV1> {
+fn help_only(registries: &[&Registry], settings: &PublishArgs) -> Option<LocalRegistryHostingV1> {
     let annotated = registries.iter().find_map(|r| r.document.as_ref().ok()?.help.clone());
     settings.help_url.clone().or(annotated).map(LocalRegistryHostingV1::help_only)
 }
@@ -244,6 +250,7 @@ mod tests {
             ready,
             document: Ok(document),
             reference: ObjectReference { name: Some(name.into()), namespace: Some("reg".into()), ..Default::default() },
+            trusted: true,
         }
     }
 
@@ -391,6 +398,28 @@ mod tests {
         let decision = decide_now(&[fresh.clone(), steady.clone()], None, &PublishArgs::default());
         assert_eq!(decision.action, Action::Apply { document: doc(&steady), source: Some(steady.id.clone()) });
         assert!(reasons(&decision).contains(&("fresh", "NotPublished")));
+    }
+
+    #[test]
+    fn a_registry_from_a_namespace_not_allowed_takes_no_part_and_is_told_why() {
+        let real = registry("real", 0, true);
+        let mut hijack = Registry { priority: i32::MAX, ..registry("hijack", 9, true) };
+        hijack.trusted = false;
+        hijack.document.as_mut().unwrap().help = Some("https://evil.example/help".into());
+        let settings = PublishArgs { help_url: None, ..PublishArgs::default() };
+        let decision = decide_now(&[hijack.clone(), real.clone()], None, &settings);
+        assert_eq!(decision.action, Action::Apply { document: doc(&real), source: Some(real.id.clone()) });
+        let told = decision.notices.iter().find(|n| n.reason == "NamespaceNotAllowed").expect("a notice");
+        assert!(told.warning && told.message.contains("kubectl label namespace reg"), "{}", told.message);
+        // With the real registry gone, the untrusted one's help annotation is not published either.
+        let current = existing(true, Some(&doc(&real)));
+        assert_eq!(decide_now(&[hijack.clone()], Some(&current), &settings).action, Action::Delete);
+        // Never ready and untrusted: it cannot freeze what is published while the real registry moves.
+        hijack.ready = false;
+        let mut moved = real.clone();
+        moved.document.as_mut().unwrap().host = Some("localhost:30999".into());
+        let decision = decide_now(&[hijack, moved.clone()], Some(&current), &settings);
+        assert_eq!(decision.action, Action::Apply { document: doc(&moved), source: Some(moved.id.clone()) });
     }
 
     #[test]

@@ -302,6 +302,8 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
 
     // The chart's defaults publish to kube-public/local-registry-hosting.
     let regns = plane.namespace(&admin, "rbac-registry").await.unwrap();
+    // A cluster admin's consent; the controller finds it with the chart's namespaces watch permission.
+    ok(tool("kubectl", &["label", "namespace", &regns, "local-registry-publisher.io/registries=allowed"]));
     apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
     let wanted = |port: u16| format!("zot.{regns}.svc.cluster.local:{port}");

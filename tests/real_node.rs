@@ -219,6 +219,8 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
 
     // A NodePort registry, published with the default node address: tools on the node push to localhost.
     let ns = plane.namespace(&client, "kep-nodeport").await.expect("namespace");
+    // A cluster admin allows the registry's namespace to name the cluster's registry.
+    ok(tool("kubectl", &["label", "namespace", &ns, "local-registry-publisher.io/registries=allowed"]));
     let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
         "spec": {"selector": {"matchLabels": {"app": "registry"}},
             "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
-use crate::config::PublishArgs;
+use crate::config::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, PublishArgs};
 use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, Workload};
 
 /// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
@@ -26,6 +26,8 @@ pub(super) struct Watches {
     pods: WatchSet<Pod>,
     endpoint_slices: WatchSet<EndpointSlice>,
     nodes: WatchSet<Node>,
+    /// Namespaces a cluster admin allowed to name the registry (only needed when watching every namespace).
+    allowed_namespaces: WatchSet<Namespace>,
 }
 
 impl Watches {
@@ -43,7 +45,12 @@ impl Watches {
             pods: WatchSet::namespaced(c.clone(), n.clone()),
             endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()),
             nodes: WatchSet::cluster_scoped(c.clone(), n.clone()),
+            allowed_namespaces: WatchSet::cluster_scoped(c.clone(), n.clone()),
         };
+        if settings.all_namespaces() {
+            let allowed = format!("{ALLOWED_NAMESPACE_LABEL}={ALLOWED_NAMESPACE_VALUE}");
+            watches.allowed_namespaces.follow([WatchKey::default().labels(allowed)]);
+        }
         let scope: Vec<Option<&str>> = if settings.all_namespaces() {
             vec![None]
         } else {
@@ -79,7 +86,7 @@ impl Watches {
     }
 
     /// Every watch set, for questions asked of all of them.
-    fn all(&self) -> [&dyn WatchState; 11] {
+    fn all(&self) -> [&dyn WatchState; 12] {
         [
             &self.labelled_services,
             &self.deployments,
@@ -92,6 +99,7 @@ impl Watches {
             &self.pods,
             &self.endpoint_slices,
             &self.nodes,
+            &self.allowed_namespaces,
         ]
     }
 
@@ -141,6 +149,7 @@ impl Watches {
             pods: self.pods.objects(),
             endpoint_slices: self.endpoint_slices.objects(),
             nodes: self.nodes.objects(),
+            allowed_namespaces: self.allowed_namespaces.objects().iter().map(|n| n.name_any()).collect(),
         }
     }
 }

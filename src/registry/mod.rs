@@ -41,6 +41,8 @@ pub struct Cluster {
     pub pods: Vec<Arc<Pod>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub nodes: Vec<Arc<Node>>,
+    /// Namespaces a cluster admin labelled as allowed to name the cluster's registry.
+    pub allowed_namespaces: BTreeSet<String>,
 }
 
 /// A labelled workload, reduced to what matching needs.
@@ -106,6 +108,9 @@ pub struct Registry {
     pub ready: bool,
     pub document: Result<LocalRegistryHostingV1, Problem>,
     pub reference: ObjectReference,
+    /// Its namespace may name the cluster's registry (see [`trusted`]); an untrusted one is never published, its
+    /// priority and annotations count for nothing, and it is told why.
+    pub trusted: bool,
 }
 
 impl Registry {
@@ -132,10 +137,36 @@ pub struct Interest {
 pub fn registries(cluster: &Cluster, settings: &PublishArgs) -> Vec<Registry> {
     let mut registries: Vec<Registry> = candidates(cluster, settings)
         .into_iter()
-        .map(|(service, source)| values::derive(service, source, cluster, settings))
+        .map(|(service, source)| {
+            let trusted = trusted(&service_id(service).namespace, &source, cluster, settings);
+            Registry { trusted, ..values::derive(service, source, cluster, settings) }
+        })
         .collect();
     registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
     registries
+}
+
+/// Whether a registry in `namespace` may name the cluster's registry. Anyone who can create a Service in a
+/// namespace could otherwise redirect every push and pull in the cluster, so only these count:
+/// - the built-in addons, in the fixed namespaces their installers own;
+/// - namespaces the controller was installed to watch (`--watch-namespaces`) or trust (`--registry-namespaces`);
+/// - namespaces a cluster admin labelled `local-registry-publisher.io/registries=allowed`.
+pub fn trusted(namespace: &str, source: &Source, cluster: &Cluster, settings: &PublishArgs) -> bool {
+    matches!(source, Source::Minikube | Source::MicroK8s)
+        || (!settings.all_namespaces() && settings.watches_namespace(namespace))
+        || settings.registry_namespaces.iter().any(|n| n == namespace)
+        || cluster.allowed_namespaces.contains(namespace)
+}
+
+/// Why an untrusted registry is ignored, and what a cluster admin does about it.
+pub fn untrusted_message(namespace: &str) -> String {
+    format!(
+        "ignored: namespace {namespace} is not allowed to name the cluster's registry, so this Service's priority and \
+         annotations count for nothing; a cluster admin allows it with `kubectl label namespace {namespace} {}={}` or \
+         --registry-namespaces",
+        crate::config::ALLOWED_NAMESPACE_LABEL,
+        crate::config::ALLOWED_NAMESPACE_VALUE
+    )
 }
 
 /// The watches the current registries need.
@@ -241,6 +272,22 @@ mod tests {
         );
         let settings = PublishArgs { no_builtin_registries: true, ..PublishArgs::default() };
         assert_eq!(candidates(&cluster, &settings).len(), 2);
+    }
+
+    #[test]
+    fn only_allowed_namespaces_and_the_builtins_own_namespaces_are_trusted() {
+        let mut cluster = Cluster::default();
+        cluster.allowed_namespaces.insert("labelled-ns".into());
+        let everywhere = PublishArgs::default();
+        let trusting = PublishArgs { registry_namespaces: vec!["registry".into()], ..PublishArgs::default() };
+        let scoped = PublishArgs { watch_namespaces: vec!["team".into()], ..PublishArgs::default() };
+        let labelled = Source::Labelled;
+        assert!(!trusted("tenant", &labelled, &cluster, &everywhere), "default: not trusted");
+        assert!(trusted("labelled-ns", &labelled, &cluster, &everywhere), "a cluster admin labelled it");
+        assert!(trusted("registry", &labelled, &cluster, &trusting), "--registry-namespaces");
+        assert!(trusted("team", &labelled, &cluster, &scoped), "--watch-namespaces");
+        assert!(trusted("kube-system", &Source::Minikube, &cluster, &everywhere), "minikube's addon");
+        assert!(!trusted("kube-system", &labelled, &cluster, &everywhere), "not any Service in kube-system");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
         id,
         source,
         document,
+        // Decided by the caller, which knows the allowed namespaces.
+        trusted: false,
     }
 }
 

@@ -20,10 +20,12 @@ const SECOND_PORT: i32 = 30600;
 pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     let client = plane.client().await?;
     step(
-        "Deploying a sample registry: Deployment registry/registry and a NodePort Service labelled local-registry-publisher.io/registry=true",
+        "Deploying a sample registry: namespace registry labelled local-registry-publisher.io/registries=allowed (a cluster admin's consent), Deployment registry/registry and a NodePort Service labelled local-registry-publisher.io/registry=true",
     );
-    apply(&client, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
-        .await?;
+    // Only namespaces a cluster admin allowed may name the cluster's registry.
+    let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE,
+        "labels": {"local-registry-publisher.io/registries": "allowed"}}});
+    apply(&client, namespace).await?;
     // On the real node the registry is crane's, imported from the tools built here; kwok runs no image at all.
     let container = match plane.real_node() {
         Some(node) => {

@@ -1,0 +1,79 @@
+//! Who may name the cluster's registry (the shared-cluster issue), against the real control plane: a tenant holding
+//! only the built-in `edit` role in its own namespace tries the hijacks that used to work, as itself (impersonated).
+
+mod support;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use local_registry_publisher::config::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE};
+use serde_json::json;
+use support::*;
+use testbed::ControlPlane;
+
+/// A client that acts as `system:serviceaccount:<ns>:tenant`, which holds `edit` in `ns` and nothing else.
+async fn tenant(s: &Scenario, ns: &str) -> kube::Client {
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(s.client.clone(), ns);
+    let account = serde_json::from_value(json!({"metadata": {"name": "tenant"}})).expect("a ServiceAccount");
+    accounts.create(&PostParams::default(), &account).await.expect("create the tenant's ServiceAccount");
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+    }))
+    .expect("a RoleBinding");
+    Api::<RoleBinding>::namespaced(s.client.clone(), ns).create(&PostParams::default(), &binding).await.expect("bind");
+    let kubeconfig = Kubeconfig::read_from(ControlPlane::shared().kubeconfig()).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
+    kube::Client::try_from(config).expect("the tenant's client")
+}
+
+fn allow() -> serde_json::Value {
+    json!({"metadata": {"labels": {ALLOWED_NAMESPACE_LABEL: ALLOWED_NAMESPACE_VALUE}}})
+}
+
+#[tokio::test]
+async fn a_tenant_with_edit_in_its_namespace_cannot_change_what_the_cluster_publishes() {
+    let mut s = Scenario::new("registry").await;
+    s.settings.watch_namespaces = Vec::new(); // every namespace, as the chart installs it
+    let _run = s.start();
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+
+    // The real registry is published once a cluster admin allows its namespace, and not before.
+    let real = service("real", registry_label(), json!({}), json!({"ports": [{"name": "registry", "port": 5000}]}));
+    s.apply(real).await;
+    let note = s.wait_event("real", "NamespaceNotAllowed").await;
+    assert!(note.contains(&format!("kubectl label namespace {}", s.ns)), "{note}");
+    assert_eq!(s.published().await, None);
+    namespaces.patch(&s.ns, &PatchParams::default(), &Patch::Merge(&allow())).await.expect("allow");
+    let published = s.wait_cluster_host("real", 5000).await;
+
+    // The tenant: top priority, every value pointing at a host it controls, a help URL, never ready.
+    let plane = ControlPlane::shared();
+    let tenant_ns = plane.namespace(&s.client, "tenant").await.expect("tenant namespace");
+    let tenant = tenant(&s, &tenant_ns).await;
+    let hijack = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "hijack", "labels": registry_label(), "annotations": {
+            "local-registry-publisher.io/priority": "2147483647",
+            "local-registry-publisher.io/host": "evil.example:5000",
+            "local-registry-publisher.io/host-from-container-runtime": "evil.example:5000",
+            "local-registry-publisher.io/host-from-cluster-network": "evil.example:5000",
+            "local-registry-publisher.io/help": "https://evil.example/help"}},
+        "spec": {"selector": {"app": "nothing"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&tenant, &tenant_ns, hijack).await;
+    let tenant_events = Scenario { client: s.client.clone(), ns: tenant_ns.clone(), settings: s.settings.clone() };
+    let note = tenant_events.wait_event("hijack", "NamespaceNotAllowed").await;
+    assert!(note.contains("priority and annotations count for nothing"), "{note}");
+    assert_eq!(s.published().await, Some(published.clone()), "the real registry stays published");
+
+    // The tenant cannot allow its own namespace: labelling namespaces is not part of `edit`.
+    let denied =
+        Api::<Namespace>::all(tenant.clone()).patch(&tenant_ns, &PatchParams::default(), &Patch::Merge(&allow())).await;
+    assert!(matches!(denied, Err(kube::Error::Api(ref status)) if status.code == 403), "{denied:?}");
+
+    // The real registry goes away: its withdrawal publishes nothing of the tenant's, not even its help URL.
+    s.delete("v1", "Service", "real").await;
+    s.wait_published("the withdrawal", Option::is_none).await;
+}
