@@ -51,22 +51,36 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
     let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "-f", &custom]));
     for expected in [
         "replicas: 2",
-        "- --leader-elect",
-        "- --leader-elect-lease-name=lrp-local-registry-publisher",
-        "- --node-address=internal-ip",
-        "- --help-url=https://minikube.sigs.k8s.io/docs/handbook/registry/",
-        "- --log-format=json",
         "kind: PodDisruptionBudget",
         "kind: ServiceMonitor",
         "name: lrp-local-registry-publisher-leader",
     ] {
         assert!(rendered.contains(expected), "custom values render {expected:?}:\n{rendered}");
     }
+    let args = controller_args(&rendered);
+    for expected in [
+        "--leader-elect",
+        "--leader-elect-lease-name=lrp-local-registry-publisher",
+        "--node-address=internal-ip",
+        "--help-url=https://minikube.sigs.k8s.io/docs/handbook/registry/",
+        "--log-format=json",
+        "--watch-namespaces=kube-system,registry",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "custom values render {expected:?}: {args:?}");
+    }
     for address in ["fd00::1", "[fd00::1]", "192.168.49.2", "minikube.example"] {
         let set = format!("registry.nodeAddress={address}");
         let rendered = ok(tool("helm", &["template", "lrp", &chart(), "--set", &set]));
-        assert!(rendered.contains(&format!("- --node-address={address}")), "{address}");
+        assert!(controller_args(&rendered).contains(&format!("--node-address={address}")), "{address}");
     }
+    // Values reach the command line as exactly one argument each, whatever YAML they hold.
+    let hostile = ["--help-url=https://x.dev/a: b", "--x=\"y\" # z", "- not: [a, list]"];
+    let mut template = vec!["template".to_string(), "lrp".into(), chart()];
+    for (i, arg) in hostile.iter().enumerate() {
+        template.extend(["--set-string".into(), format!("extraArgs[{i}]={}", arg.replace(',', "\\,"))]);
+    }
+    let rendered = ok(tool("helm", &template.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert!(controller_args(&rendered).ends_with(&hostile.map(String::from)), "{:?}", controller_args(&rendered));
     let defaults = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools"]));
     assert!(!defaults.contains("--leader-elect") && !defaults.contains("ServiceMonitor"), "off by default");
     for hardening in [
@@ -89,6 +103,12 @@ fn rendered_objects(rendered: &str, kind: &str) -> Vec<serde_json::Value> {
         .filter_map(|document| serde_saphyr::from_str::<serde_json::Value>(document).ok())
         .filter(|object| object["kind"] == kind)
         .collect()
+}
+
+/// The controller container's arguments in rendered manifests.
+fn controller_args(rendered: &str) -> Vec<String> {
+    let deployment = &rendered_objects(rendered, "Deployment")[0];
+    serde_json::from_value(deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone()).expect("args")
 }
 
 #[test]
