@@ -63,7 +63,11 @@ pub async fn run(args: Args) -> ExitCode {
     let (leading, elector) = if args.operation.leader_elect {
         let settings = lease_settings(&args.operation);
         info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");
-        let (elector, leading) = Elector::new(client.clone(), settings, metrics.clone());
+        let (elector, leading) = Elector::new(client.clone(), settings, metrics.clone(), health.clone());
+        if let Err(duplicate) = elector.check_identity().await {
+            error!("{duplicate}");
+            return ExitCode::FAILURE;
+        }
         (Some(leading), Some(tokio::spawn(elector.run(stopped()))))
     } else {
         (None, None)
@@ -108,21 +112,31 @@ fn pod_namespace() -> String {
 
 fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
     let namespace = operation.leader_elect_namespace.clone().unwrap_or_else(pod_namespace);
-    let identity =
-        operation.leader_elect_identity.clone().or_else(|| std::env::var("POD_NAME").ok()).unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME")
+    // Unique by default, as client-go's <hostname>_<uuid>: a restarted container keeps its pod name.
+    let identity = operation.leader_elect_identity.clone().unwrap_or_else(|| {
+        let base = std::env::var("POD_NAME").ok().unwrap_or_else(|| {
+            std::env::var("HOSTNAME")
                 .ok()
                 .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
                 .map(|h| h.trim().to_string())
-                .unwrap_or_else(|| "local-registry-publisher".into());
-            format!("{host}-{}", std::process::id())
+                .unwrap_or_else(|| "local-registry-publisher".into())
         });
+        format!("{base}_{}", random_suffix())
+    });
     LeaseSettings {
         namespace,
         name: operation.leader_elect_lease_name.clone(),
         identity,
         duration: operation.leader_elect_lease_duration,
     }
+}
+
+/// Eight hex digits that differ between processes and runs (std's hasher keys are random per process).
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{:08x}", hasher.finish() as u32)
 }
 
 fn init_logging(args: &Args) {

@@ -140,7 +140,8 @@ pub struct OperationArgs {
     #[arg(long, env = "LRP_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub leader_elect_lease_duration: Duration,
 
-    /// This replica's identity in the Lease; defaults to POD_NAME, then <hostname>-<pid>.
+    /// This replica's identity in the Lease; defaults to POD_NAME (else the host name) with a random suffix. It must
+    /// be unique: the controller exits if another live process renews the Lease under it.
     #[arg(long, env = "LRP_LEADER_ELECT_IDENTITY")]
     pub leader_elect_identity: Option<String>,
 }

@@ -26,6 +26,7 @@ pub struct Health {
     watches_alive: AtomicBool,
     heartbeat: AtomicU64,
     failed_writes: AtomicU32,
+    lease_overdue: AtomicBool,
 }
 
 impl Default for Health {
@@ -36,6 +37,7 @@ impl Default for Health {
             watches_alive: AtomicBool::new(true),
             heartbeat: AtomicU64::new(0),
             failed_writes: AtomicU32::new(0),
+            lease_overdue: AtomicBool::new(false),
         };
         health.beat();
         health
@@ -64,6 +66,12 @@ impl Health {
         self.failed_writes.load(Ordering::Acquire)
     }
 
+    /// This replica led and could not renew its Lease by the renew deadline (a frozen connection, most likely):
+    /// it stopped writing, and liveness fails so the pod is restarted with a fresh connection.
+    pub fn set_lease_overdue(&self, overdue: bool) {
+        self.lease_overdue.store(overdue, Ordering::Release);
+    }
+
     pub fn set_watches_alive(&self, alive: bool) {
         self.watches_alive.store(alive, Ordering::Release);
     }
@@ -76,6 +84,9 @@ impl Health {
         }
         if !self.watches_alive.load(Ordering::Acquire) {
             return Err("a watch task has stopped");
+        }
+        if self.lease_overdue.load(Ordering::Acquire) {
+            return Err("the leader Lease could not be renewed by the renew deadline; this replica stopped writing");
         }
         Ok(())
     }

@@ -5,6 +5,12 @@
 //! timestamps, so clock skew between nodes does not matter. A follower also watches the Lease: when the leader
 //! releases it on shutdown the follower takes over at once instead of waiting out the lease duration.
 //! (kube-lease-manager, the usual crate, sleeps until expiry and so cannot take over at once.)
+//!
+//! Timing, as client-go promises it, with lease duration D (default 15 s): the holder renews every D/5; every Lease
+//! request is abandoned when it has not answered by the renew deadline (2D/3 after the last renewal) or D/5, which
+//! comes first; a holder that has not renewed by the renew deadline stops writing at once and /healthz fails, so it
+//! has stopped D/3 before any other replica may take the Lease. A frozen connection therefore cannot keep a stale
+//! leader writing.
 
 use std::time::Duration;
 
@@ -15,10 +21,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use std::sync::Arc;
+
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
+use crate::http::Health;
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -54,14 +63,49 @@ pub struct Elector {
     settings: LeaseSettings,
     leading: watch::Sender<bool>,
     metrics: Metrics,
+    health: Arc<Health>,
+}
+
+/// Another process holds the Lease under this replica's identity.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "another process renews Lease {lease} as {identity:?}: leader election needs a unique --leader-elect-identity \
+     (the default, the pod name with a random suffix, is)"
+)]
+pub struct DuplicateIdentity {
+    pub lease: String,
+    pub identity: String,
 }
 
 impl Elector {
-    pub fn new(client: Client, settings: LeaseSettings, metrics: Metrics) -> (Self, watch::Receiver<bool>) {
+    pub fn new(
+        client: Client,
+        settings: LeaseSettings,
+        metrics: Metrics,
+        health: Arc<Health>,
+    ) -> (Self, watch::Receiver<bool>) {
         let (leading, receiver) = watch::channel(false);
         metrics.leading(false);
         let api = Api::namespaced(client, &settings.namespace);
-        (Self { api, settings, leading, metrics }, receiver)
+        (Self { api, settings, leading, metrics, health }, receiver)
+    }
+
+    /// Refuses an identity another live process uses: if the Lease names us, it must not be renewed by someone
+    /// else while we watch it for two renewal periods (a crashed earlier run of ours renews nothing).
+    pub async fn check_identity(&self) -> Result<(), DuplicateIdentity> {
+        let duplicate =
+            || DuplicateIdentity { lease: self.settings.name.clone(), identity: self.settings.identity.clone() };
+        let read = || async {
+            let lease = self.api.get_opt(&self.settings.name).await.ok().flatten()?;
+            let ours = lease.spec.as_ref()?.holder_identity.as_deref() == Some(self.settings.identity.as_str());
+            ours.then(|| lease.resource_version().unwrap_or_default())
+        };
+        let Some(first) = read().await else { return Ok(()) };
+        tokio::time::sleep(self.settings.retry_period() * 2).await;
+        match read().await {
+            Some(now) if now != first => Err(duplicate()),
+            _ => Ok(()),
+        }
     }
 
     /// Campaigns and renews until `shutdown`, then releases the Lease if held.
@@ -73,23 +117,42 @@ impl Elector {
         let mut observed: Option<Observed> = None;
         let mut last_renewal: Option<Instant> = None;
         loop {
-            let wait = match self.step(&mut observed).await {
+            // While leading, nothing may wait past the renew deadline: not a request, not the pause between them.
+            let deadline = last_renewal.map(|at| at + self.settings.renew_deadline());
+            let budget = |limit: Duration| match deadline {
+                Some(deadline) => limit.min(deadline.saturating_duration_since(Instant::now())),
+                None => limit,
+            };
+            let request = budget(self.settings.retry_period()).max(Duration::from_millis(1));
+            let outcome = match tokio::time::timeout(request, self.step(&mut observed)).await {
+                Ok(Ok(holds)) => Ok(holds),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err(format!("no answer within {request:?}")),
+            };
+            let wait = match outcome {
                 Ok(true) => {
                     last_renewal = Some(Instant::now());
+                    self.health.set_lease_overdue(false);
                     self.set_leading(true);
                     self.settings.retry_period()
                 }
                 Ok(false) => {
                     last_renewal = None;
+                    self.health.set_lease_overdue(false);
                     self.set_leading(false);
                     self.time_to_expiry(observed.as_ref())
                 }
-                Err(error) => {
-                    warn!(lease = %self.settings.name, %error, "leader election: could not read or update the Lease");
-                    if last_renewal.is_none_or(|at| at.elapsed() >= self.settings.renew_deadline()) {
+                Err(reason) => {
+                    warn!(lease = %self.settings.name, %reason, "leader election: could not read or update the Lease");
+                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        error!(lease = %self.settings.name, "could not renew the Lease by the renew deadline; stepping down");
+                        self.health.set_lease_overdue(true);
+                        last_renewal = None;
+                    }
+                    if last_renewal.is_none() {
                         self.set_leading(false);
                     }
-                    self.settings.retry_period()
+                    budget(self.settings.retry_period())
                 }
             };
             tokio::select! {

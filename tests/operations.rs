@@ -153,6 +153,71 @@ async fn probes_and_metrics_report_what_happens() {
     assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains("hostFromClusterNetwork=zot.")));
 }
 
+/// A kubeconfig like the shared one whose server is `address`.
+fn kubeconfig_via(address: std::net::SocketAddr, name: &str) -> std::path::PathBuf {
+    let plane = testbed::ControlPlane::shared();
+    let text = std::fs::read_to_string(plane.kubeconfig()).expect("kubeconfig");
+    let path = plane.dir().join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, text.replace(plane.server(), &format!("https://{address}"))).expect("write kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn a_leader_whose_connection_freezes_steps_down_before_anyone_else_may_lead() {
+    let s = Scenario::new("frozen").await;
+    let upstream = testbed::ControlPlane::shared().server().trim_start_matches("https://").parse().expect("address");
+    let proxy = support::proxy::FreezingProxy::start(upstream).await;
+    let mut through_proxy = args(
+        &s,
+        &["--leader-elect", &format!("--leader-elect-namespace={}", s.ns), "--leader-elect-lease-duration=6s"],
+    );
+    through_proxy[0] = format!("--kubeconfig={}", kubeconfig_via(proxy.address, &s.ns).display());
+    let frozen = Controller::start(&through_proxy);
+    s.apply(registry_on_port(5000)).await;
+    wait_port(&s, 5000).await;
+    assert_eq!(wait_single_leader(&[&frozen]).await, 0);
+    let other = replica(&s);
+
+    proxy.freeze();
+    let froze = Instant::now();
+    // Sample both until the other leads: never may both say they lead (split brain).
+    let mut stepped_down = None;
+    let took_over = loop {
+        let (a, b) = (frozen.metric(LEADER), other.metric(LEADER));
+        assert!(!(a == Some(1.0) && b == Some(1.0)), "both replicas lead");
+        if a == Some(0.0) && stepped_down.is_none() {
+            stepped_down = Some(froze.elapsed());
+        }
+        if b == Some(1.0) {
+            break froze.elapsed();
+        }
+        assert!(froze.elapsed() < Duration::from_secs(60), "the other replica never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stepped_down = stepped_down.expect("the frozen leader stepped down first");
+    eprintln!("frozen leader stepped down after {stepped_down:?}; the other led after {took_over:?} (lease 6s)");
+    let (status, body) = frozen.get("/healthz").expect("the frozen replica still serves its probes");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("renew deadline"), "{body}");
+    // The new leader publishes changes.
+    s.apply(registry_on_port(5001)).await;
+    wait_port(&s, 5001).await;
+}
+
+#[tokio::test]
+async fn a_second_process_with_the_same_leader_identity_refuses_to_start() {
+    let s = Scenario::new("identity").await;
+    let same = ["--leader-elect", "--leader-elect-identity=twin", "--leader-elect-lease-duration=6s"];
+    let namespace = format!("--leader-elect-namespace={}", s.ns);
+    let first = Controller::start(&args(&s, &[same[0], same[1], same[2], &namespace]));
+    wait_single_leader(&[&first]).await;
+    let mut second = Controller::start(&args(&s, &[same[0], same[1], same[2], &namespace]));
+    let status = second.wait_exit(Duration::from_secs(30)).expect("the twin exits");
+    assert!(!status.success(), "exit status {status}");
+    assert!(second.logs().contains("another process renews Lease"), "{}", second.logs());
+    assert_eq!(first.metric(LEADER), Some(1.0), "the first keeps leading");
+}
+
 #[test]
 fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching_the_cluster() {
     // (flags, environment, the option the error must name)

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 pub mod binary;
+pub mod proxy;
 
 use std::time::Duration;
 
