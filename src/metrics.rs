@@ -66,6 +66,7 @@ pub struct Metrics {
     leader: Family<NameLabels, Gauge>,
     watch_restarts: Family<ResourceLabels, Counter>,
     writes: Family<OperationLabels, Counter>,
+    conflicts: Counter,
 }
 
 impl Default for Metrics {
@@ -82,6 +83,7 @@ impl Default for Metrics {
             leader: Family::default(),
             watch_restarts: Family::default(),
             writes: Family::default(),
+            conflicts: Counter::default(),
         }
     }
 }
@@ -132,6 +134,11 @@ impl Metrics {
             "Writes of the published ConfigMap, by operation",
             self.writes.clone(),
         );
+        registry.register(
+            "local_registry_publisher_write_conflicts",
+            "Times another writer kept undoing the published ConfigMap and writes were held back",
+            self.conflicts.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -174,6 +181,10 @@ impl Metrics {
         self.writes.get_or_create(&OperationLabels { operation }).inc();
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         self.last_publish.set(now.as_secs_f64());
+    }
+
+    pub fn conflict(&self) {
+        self.conflicts.inc();
     }
 
     pub fn leading(&self, leader: bool) {

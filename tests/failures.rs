@@ -76,3 +76,28 @@ async fn an_annotation_the_api_server_would_refuse_is_rejected_before_any_write(
     assert_eq!(health.failed_writes(), 0, "nothing the API server refuses was sent");
     assert!(s.occurrences("zot", "PublishFailed").await == 0);
 }
+
+#[tokio::test]
+async fn two_controllers_with_different_settings_settle_instead_of_fighting() {
+    let s = Scenario::new("fight").await;
+    let mut twin = Scenario { client: s.client.clone(), ns: s.ns.clone(), settings: s.settings.clone() };
+    twin.settings.help_url = Some("https://other.example/registry-help".into());
+    let (_one, _two) = (s.start(), twin.start());
+    s.apply(registry()).await;
+    s.wait_cluster_host("zot", 5000).await;
+
+    // Count every state the ConfigMap passes through for 30 s (it was about 12 a second, for ever).
+    let watched = Duration::from_secs(30);
+    let mut versions = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + watched;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(configmap) = s.configmap().await {
+            versions.insert(resource_version(&configmap));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("{} ConfigMap states in {watched:?} with two conflicting controllers", versions.len());
+    assert!(versions.len() <= 20, "{} writes in {watched:?}: still fighting", versions.len());
+    let note = s.wait_event(TARGET, "ConflictingWriter").await;
+    assert!(note.contains("one controller per ConfigMap"), "{note}");
+}

@@ -3,6 +3,7 @@
 
 mod cluster;
 mod events;
+mod fights;
 mod watches;
 
 use std::sync::Arc;
@@ -121,6 +122,7 @@ pub struct Publisher {
     events: events::EventLog,
     context: Context,
     held_back: Option<String>,
+    fights: fights::Fights,
 }
 
 impl Publisher {
@@ -139,6 +141,7 @@ impl Publisher {
             readiness: Readiness::default(),
             context,
             held_back: None,
+            fights: fights::Fights::default(),
         }
     }
 
@@ -222,10 +225,37 @@ impl Publisher {
             Action::Apply { source, .. } => source.clone(),
             _ => None,
         };
-        let written = self.execute(decision.action, existing.as_ref()).await;
         let mut notices = decision.notices;
+        if decision.action != Action::Keep {
+            let stored = existing.as_ref().and_then(|e| e.resource_version.as_deref());
+            if let fights::Verdict::Hold { until, started, hold } = self.fights.before_write(stored, now) {
+                if started {
+                    self.context.metrics.conflict();
+                    notices.push(plan::Notice {
+                        regarding: plan::configmap_reference(&self.settings, existing.as_ref()),
+                        warning: true,
+                        reason: "ConflictingWriter",
+                        message: format!(
+                            "another writer keeps undoing what this controller publishes ({}); writes wait {}s instead \
+                             of fighting: run one controller per ConfigMap (a second Helm release, a local run, a script?)",
+                            existing.as_ref().and_then(|e| e.writer.as_deref()).unwrap_or("deleted it"),
+                            hold.as_secs()
+                        ),
+                    });
+                }
+                self.events.record(&notices).await;
+                let left = until.saturating_duration_since(now);
+                return Ok(Some(decision.recheck_after.map_or(left, |recheck| recheck.min(left))));
+            }
+        }
+        let written = self.execute(decision.action, existing.as_ref()).await;
         match &written {
-            Ok(()) => self.context.health.set_failed_writes(0),
+            Ok(state) => {
+                self.context.health.set_failed_writes(0);
+                if let Some(state) = state {
+                    self.fights.wrote(state.clone());
+                }
+            }
             Err(error) => {
                 self.context.health.set_failed_writes(self.context.health.failed_writes() + 1);
                 // A refused write is told where users look: on the registry it was for, else on the ConfigMap.
@@ -260,7 +290,8 @@ impl Publisher {
         self.context.metrics.published(document.as_ref(), source);
     }
 
-    async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<(), Error> {
+    /// Carries out `action`. For a write, returns what it left: the new resourceVersion, or `None` after a delete.
+    async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<Option<Option<String>>, Error> {
         let target = format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name);
         let old = existing.and_then(|e| e.text.as_deref()).map(LocalRegistryHostingV1::parse);
         let old = match old {
@@ -269,19 +300,19 @@ impl Publisher {
             None => "(none)".into(),
         };
         match action {
-            Action::Keep => Ok(()),
+            Action::Keep => Ok(None),
             Action::Apply { document, source } => {
-                self.apply(Some(&document), &target).await?;
+                let written = self.apply(Some(&document), &target).await?;
                 self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
-                Ok(())
+                Ok(Some(Some(written)))
             }
             Action::RemoveKey => {
-                self.apply(None, &target).await?;
+                let written = self.apply(None, &target).await?;
                 self.context.metrics.published(None, None);
                 info!(configmap = %target, %old, "withdrawn: removed our key; the other keys stay");
-                Ok(())
+                Ok(Some(Some(written)))
             }
             Action::Delete => {
                 let preconditions = existing
@@ -295,13 +326,13 @@ impl Publisher {
                     Err(source) => return Err(Error::Delete { target, source }),
                 }
                 self.await_echo(|cm| cm.is_none()).await;
-                Ok(())
+                Ok(Some(None))
             }
         }
     }
 
     /// Server-side applies our part of the ConfigMap and waits for the watch to show it.
-    async fn apply(&self, document: Option<&LocalRegistryHostingV1>, target: &str) -> Result<(), Error> {
+    async fn apply(&self, document: Option<&LocalRegistryHostingV1>, target: &str) -> Result<String, Error> {
         let configmap = plan::desired_configmap(document, &self.settings);
         let params = PatchParams::apply(MANAGER).force();
         let written = self
@@ -311,7 +342,7 @@ impl Publisher {
             .map_err(|source| Error::Apply { target: target.to_string(), source })?;
         self.context.metrics.wrote("apply");
         self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
-        Ok(())
+        Ok(written.resource_version().unwrap_or_default())
     }
 
     /// Waits until the ConfigMap watch shows our own write, so the next pass does not repeat it.
