@@ -442,3 +442,42 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }
+
+#[tokio::test]
+async fn with_watch_namespaces_the_chart_rbac_is_namespaced_and_still_enough() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let (release, ns) = ("scoped", "lrp-scoped");
+    let regns = plane.namespace(&admin, "scoped-registry").await.unwrap();
+    let values = format!(
+        "registry.watchNamespaces={{{regns}}},registry.builtin=false,configMap.namespace={regns},rbac.readerRole=false"
+    );
+    ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", &values]));
+    let rendered = ok(tool("helm", &["get", "manifest", release, "-n", ns]));
+    assert!(!rendered.contains("kind: ClusterRole"), "no cluster-wide access at all:\n{rendered}");
+
+    let sa = "scoped-local-registry-publisher";
+    let token = ok(tool("kubectl", &["create", "token", sa, "-n", ns, "--duration", "1h"]));
+    let kubeconfig = token_kubeconfig(token.trim(), "scoped");
+    let _controller = Controller::start(&[
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--watch-namespaces={regns}"),
+        format!("--configmap-namespace={regns}"),
+        "--no-builtin-registries".into(),
+    ]);
+    apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &regns);
+    let published = wait_until(SOON, || async { configmaps.get_opt(TARGET).await.ok().flatten() }).await;
+    assert!(published.is_some(), "the namespaced Roles are enough to publish");
+
+    let controller = client_for(&kubeconfig).await;
+    let elsewhere = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(controller.clone(), "kube-system");
+    forbidden(elsewhere.list(&Default::default()).await, "listing pods outside the watched namespaces");
+    forbidden(
+        Api::<k8s_openapi::api::core::v1::Node>::all(controller.clone()).list(&Default::default()).await,
+        "nodes",
+    );
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(controller.clone());
+    forbidden(namespaces.list(&Default::default()).await, "namespaces");
+    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
+}

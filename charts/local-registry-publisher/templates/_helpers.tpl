@@ -27,3 +27,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* What the controller watches: in every namespace, or only in those it was told to watch. */}}
+{{- define "lrp.watchRules" }}
+  - apiGroups: [""]
+    resources: [services, pods]
+    verbs: [list, watch]
+  - apiGroups: [discovery.k8s.io]
+    resources: [endpointslices]
+    verbs: [list, watch]
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets, daemonsets]
+    verbs: [list, watch]
+  # Events on the registry Services it reports on.
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create]
+{{- end }}
