@@ -59,7 +59,8 @@ pub async fn run(args: Args) -> ExitCode {
     };
     let metrics = Metrics::default();
     let health = Arc::new(Health::default());
-    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), stopped()));
+    let auth = args.operation.metrics_auth.then(|| Arc::new(crate::metrics_auth::MetricsAuth::new(client.clone())));
+    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), auth, stopped()));
     let (leading, elector) = if args.operation.leader_elect {
         let settings = lease_settings(&args.operation);
         info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");

@@ -122,6 +122,11 @@ pub struct OperationArgs {
     #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
     pub http_address: std::net::SocketAddr,
 
+    /// Serve /metrics only to callers Kubernetes authenticates (TokenReview) and authorizes for `get` on the
+    /// non-resource URL /metrics (SubjectAccessReview); /healthz and /readyz stay open for kubelet.
+    #[arg(long, env = "LRP_METRICS_AUTH")]
+    pub metrics_auth: bool,
+
     /// Elect a leader on a coordination.k8s.io Lease so several replicas can run: all watch, only the leader
     /// writes. Without it, run a single replica.
     #[arg(long, env = "LRP_LEADER_ELECT")]

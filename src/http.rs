@@ -12,6 +12,7 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::Metrics;
+use crate::metrics_auth::{Decision, MetricsAuth};
 
 /// The reconcile loop beats at least this often; twice this without a beat means it is stuck.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -111,11 +112,13 @@ fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
-/// Serves until `shutdown` completes.
+/// Serves until `shutdown` completes. With `auth`, /metrics answers only callers it allows; the probes stay open
+/// because kubelet calls them without credentials.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     health: Arc<Health>,
     registry: Registry,
+    auth: Option<Arc<MetricsAuth>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let registry = Arc::new(registry);
@@ -125,9 +128,19 @@ pub async fn serve(
         .route("/readyz", get(move || async move { probe(ready.ready()) }))
         .route(
             "/metrics",
-            get(move || async move {
+            get(move |headers: axum::http::HeaderMap| async move {
+                if let Some(auth) = &auth {
+                    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+                    match auth.decide(authorization).await {
+                        Decision::Allowed => {}
+                        Decision::Unauthenticated(why) => {
+                            return (StatusCode::UNAUTHORIZED, format!("{why}\n")).into_response();
+                        }
+                        Decision::Forbidden(why) => return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response(),
+                    }
+                }
                 let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                ([(header::CONTENT_TYPE, content_type)], Metrics::encode(&registry))
+                ([(header::CONTENT_TYPE, content_type)], Metrics::encode(&registry)).into_response()
             }),
         );
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await

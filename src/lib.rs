@@ -5,7 +5,8 @@
 //! - [`registry`]: which Services are registries and what each would publish (pure).
 //! - [`plan`]: what to write, given the registries and what is published (pure).
 //! - [`controller`]: watches, the reconcile loop, Events.
-//! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`].
+//! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`];
+//!   [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
 //! - [`config`]: flags; [`app`]: wiring for the binary; [`withdraw`]: the chart's uninstall hook.
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod hosting;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod plan;
 pub mod registry;
 pub mod withdraw;

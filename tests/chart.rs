@@ -481,3 +481,59 @@ async fn with_watch_namespaces_the_chart_rbac_is_namespaced_and_still_enough() {
     forbidden(namespaces.list(&Default::default()).await, "namespaces");
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }
+
+#[tokio::test]
+async fn metrics_can_require_kubernetes_authentication_and_authorization() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let (release, ns) = ("secured", "lrp-secured");
+    let regns = plane.namespace(&admin, "secured-registry").await.unwrap();
+    let values = format!(
+        "metricsAuth=true,registry.watchNamespaces={{{regns}}},registry.builtin=false,configMap.namespace={regns},rbac.readerRole=false"
+    );
+    ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", &values]));
+    let token_of = |account: &str| ok(tool("kubectl", &["create", "token", account, "-n", ns])).trim().to_string();
+    let kubeconfig = token_kubeconfig(&token_of("secured-local-registry-publisher"), "secured");
+    let controller = Controller::start(&[
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--watch-namespaces={regns}"),
+        format!("--configmap-namespace={regns}"),
+        "--no-builtin-registries".into(),
+        "--metrics-auth".into(),
+    ]);
+    for account in ["prometheus", "nobody"] {
+        ok(tool("kubectl", &["create", "serviceaccount", account, "-n", ns]));
+    }
+    let binding = format!("--serviceaccount={ns}:prometheus");
+    ok(tool(
+        "kubectl",
+        &[
+            "create",
+            "clusterrolebinding",
+            "secured-prometheus",
+            "--clusterrole",
+            "secured-local-registry-publisher-metrics-reader",
+            &binding,
+        ],
+    ));
+
+    let scrape = |token: Option<&str>| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", controller.port)).ok()?;
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        response.split_whitespace().nth(1)?.parse::<u16>().ok()
+    };
+    let up = wait_until(SOON, || async { controller.get("/healthz").filter(|(status, _)| *status == 200) }).await;
+    assert!(up.is_some(), "the probes stay open without a token");
+    assert_eq!(scrape(None), Some(401), "no token");
+    assert_eq!(scrape(Some("not-a-token")), Some(401), "a token Kubernetes rejects");
+    assert_eq!(scrape(Some(&token_of("nobody"))), Some(403), "a valid token without the right");
+    let prometheus = token_of("prometheus");
+    let allowed = wait_until(SOON, || async { (scrape(Some(&prometheus)) == Some(200)).then_some(()) }).await;
+    assert!(allowed.is_some(), "the metrics reader is served");
+    ok(tool("kubectl", &["delete", "clusterrolebinding", "secured-prometheus"]));
+    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
+}
