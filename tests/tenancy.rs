@@ -73,6 +73,15 @@ async fn a_tenant_with_edit_in_its_namespace_cannot_change_what_the_cluster_publ
         Api::<Namespace>::all(tenant.clone()).patch(&tenant_ns, &PatchParams::default(), &Patch::Merge(&allow())).await;
     assert!(matches!(denied, Err(kube::Error::Api(ref status)) if status.code == 403), "{denied:?}");
 
+    // A value the API server's YAML decoder refuses (U+FFFE, sent as JSON) no longer halts publishing for everyone:
+    // the real registry's next change is still published.
+    let halt = json!({"metadata": {"annotations": {"local-registry-publisher.io/host": "evil\u{fffe}.example:5000"}}});
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(tenant.clone(), &tenant_ns);
+    services.patch("hijack", &PatchParams::default(), &Patch::Merge(&halt)).await.expect("the tenant's JSON patch");
+    let moved = service("real", registry_label(), json!({}), json!({"ports": [{"name": "registry", "port": 5001}]}));
+    s.apply(moved).await;
+    s.wait_cluster_host("real", 5001).await;
+
     // The real registry goes away: its withdrawal publishes nothing of the tenant's, not even its help URL.
     s.delete("v1", "Service", "real").await;
     s.wait_published("the withdrawal", Option::is_none).await;
