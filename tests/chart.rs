@@ -440,6 +440,29 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         "a foreign ConfigMap is never withdrawn"
     );
     public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
+
+    // Ours, shared with another writer's key: only our key and label go.
+    let shared = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "local-registry-hosting",
+            "labels": {"app.kubernetes.io/managed-by": "local-registry-publisher"}},
+        "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n", "localRegistryHosting.v2": "x: 1\n"}}))
+    .unwrap();
+    public
+        .patch("local-registry-hosting", &PatchParams::apply("local-registry-publisher"), &Patch::Apply(&shared))
+        .await
+        .expect("our part");
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "local-registry-hosting"},
+        "data": {"localRegistryHosting.v2": "x: 1\n"}});
+    public
+        .patch("local-registry-hosting", &PatchParams::apply("future-writer").force(), &Patch::Apply(&other))
+        .await
+        .expect("the other writer's part");
+    let output = withdraw(&[]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let left = public.get("local-registry-hosting").await.expect("the shared ConfigMap stays");
+    let keys: Vec<String> = left.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["localRegistryHosting.v2"], "only our key is withdrawn");
+    assert!(!left.metadata.labels.unwrap_or_default().contains_key("app.kubernetes.io/managed-by"), "and our label");
+    public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }
 
