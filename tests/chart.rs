@@ -466,28 +466,42 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }
 
-#[tokio::test]
-async fn with_watch_namespaces_the_chart_rbac_is_namespaced_and_still_enough() {
+/// A release watching only a fresh namespace and publishing there, and the controller binary run with the
+/// release's ServiceAccount token and `extra` flags.
+struct ScopedRelease {
+    admin: kube::Client,
+    regns: String,
+    kubeconfig: PathBuf,
+    controller: Controller,
+}
+
+async fn scoped_release(release: &str, ns: &str, values: &str, extra: &[&str]) -> ScopedRelease {
     let plane = ControlPlane::shared();
     let admin = plane.client().await.unwrap();
-    let (release, ns) = ("scoped", "lrp-scoped");
-    let regns = plane.namespace(&admin, "scoped-registry").await.unwrap();
+    let regns = plane.namespace(&admin, &format!("{release}-registry")).await.unwrap();
     let values = format!(
-        "registry.watchNamespaces={{{regns}}},registry.builtin=false,configMap.namespace={regns},rbac.readerRole=false"
+        "{values}registry.watchNamespaces={{{regns}}},registry.builtin=false,configMap.namespace={regns},rbac.readerRole=false"
     );
     ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", &values]));
-    let rendered = ok(tool("helm", &["get", "manifest", release, "-n", ns]));
-    assert!(!rendered.contains("kind: ClusterRole"), "no cluster-wide access at all:\n{rendered}");
-
-    let sa = "scoped-local-registry-publisher";
-    let token = ok(tool("kubectl", &["create", "token", sa, "-n", ns, "--duration", "1h"]));
-    let kubeconfig = token_kubeconfig(token.trim(), "scoped");
-    let _controller = Controller::start(&[
+    let sa = format!("{release}-local-registry-publisher");
+    let token = ok(tool("kubectl", &["create", "token", &sa, "-n", ns, "--duration", "1h"]));
+    let kubeconfig = token_kubeconfig(token.trim(), release);
+    let mut args = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--watch-namespaces={regns}"),
         format!("--configmap-namespace={regns}"),
         "--no-builtin-registries".into(),
-    ]);
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    ScopedRelease { admin, regns, kubeconfig, controller: Controller::start(&args) }
+}
+
+#[tokio::test]
+async fn with_watch_namespaces_the_chart_rbac_is_namespaced_and_still_enough() {
+    let (release, ns) = ("scoped", "lrp-scoped");
+    let ScopedRelease { admin, regns, kubeconfig, controller: _running } = scoped_release(release, ns, "", &[]).await;
+    let rendered = ok(tool("helm", &["get", "manifest", release, "-n", ns]));
+    assert!(!rendered.contains("kind: ClusterRole"), "no cluster-wide access at all:\n{rendered}");
     apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &regns);
     let published = wait_until(SOON, || async { configmaps.get_opt(TARGET).await.ok().flatten() }).await;
@@ -507,23 +521,10 @@ async fn with_watch_namespaces_the_chart_rbac_is_namespaced_and_still_enough() {
 
 #[tokio::test]
 async fn metrics_can_require_kubernetes_authentication_and_authorization() {
-    let plane = ControlPlane::shared();
-    let admin = plane.client().await.unwrap();
     let (release, ns) = ("secured", "lrp-secured");
-    let regns = plane.namespace(&admin, "secured-registry").await.unwrap();
-    let values = format!(
-        "metricsAuth=true,registry.watchNamespaces={{{regns}}},registry.builtin=false,configMap.namespace={regns},rbac.readerRole=false"
-    );
-    ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", &values]));
+    let scoped = scoped_release(release, ns, "metricsAuth=true,", &["--metrics-auth"]).await;
+    let controller = &scoped.controller;
     let token_of = |account: &str| ok(tool("kubectl", &["create", "token", account, "-n", ns])).trim().to_string();
-    let kubeconfig = token_kubeconfig(&token_of("secured-local-registry-publisher"), "secured");
-    let controller = Controller::start(&[
-        format!("--kubeconfig={}", kubeconfig.display()),
-        format!("--watch-namespaces={regns}"),
-        format!("--configmap-namespace={regns}"),
-        "--no-builtin-registries".into(),
-        "--metrics-auth".into(),
-    ]);
     for account in ["prometheus", "nobody"] {
         ok(tool("kubectl", &["create", "serviceaccount", account, "-n", ns]));
     }
