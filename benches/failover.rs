@@ -1,6 +1,10 @@
 //! Leader failover of the real binary with the default 15 s lease, five times each way, printed as medians:
 //! SIGKILL of the leader (the follower waits out the lease) and SIGTERM (the leader releases the Lease).
-//! Also the resident memory of an idle replica with leader election on. Run with `make bench`.
+//! Also the resident memory of an idle replica with leader election on. Written to docs/benchmarks.md as ratios
+//! to the lease duration. Run with `make bench`.
+
+#[path = "support/report.rs"]
+mod report;
 
 #[allow(dead_code)] // the bench uses part of the test helper
 #[path = "../tests/support/binary.rs"]
@@ -14,6 +18,7 @@ use kube::api::{Api, Patch, PatchParams};
 use testbed::{ControlPlane, wait_until};
 
 const ROUNDS: usize = 5;
+const LEASE: Duration = Duration::from_secs(15);
 const LEADER: &str = "leader_election_master_status{name=\"local-registry-publisher\"}";
 
 #[tokio::main]
@@ -47,6 +52,8 @@ async fn main() {
     let (service, _) = publish_next();
     services.patch("zot", &PatchParams::apply("bench").force(), &Patch::Apply(&service)).await.expect("registry");
 
+    let load_before = report::load_average();
+    let mut idle = String::new();
     let mut replicas = vec![replica(), replica()];
     let mut results: Vec<(&str, Vec<Duration>)> = vec![("SIGKILL", Vec::new()), ("SIGTERM", Vec::new())];
     for round in 0..2 * ROUNDS {
@@ -58,7 +65,8 @@ async fn main() {
         .expect("a leader");
         if round == 0 {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            println!("idle replica resident memory with leader election on: {}", rss(replicas[leader].pid()));
+            idle = rss(replicas[leader].pid());
+            println!("idle replica resident memory with leader election on: {idle}");
         }
         let mut old = replicas.remove(leader);
         let started = Instant::now();
@@ -76,15 +84,27 @@ async fn main() {
         results[usize::from(signal == "TERM")].1.push(started.elapsed());
         replicas.push(replica());
     }
+    let mut markdown = format!(
+        "## Leader failover (`benches/failover.rs`)\n\nMachine: {}. Load average (1, 5, 15 min): {load_before} before, \
+         {} after. Two replicas, default {} s lease, {ROUNDS} rounds each: from the signal to the new leader \
+         publishing a change.\n\n| leader stopped by | median | ratio to the lease | each round |\n|---|---|---|---|\n",
+        report::machine(),
+        report::load_average(),
+        LEASE.as_secs(),
+    );
     for (signal, mut times) in results {
         times.sort();
         let seconds: Vec<String> = times.iter().map(|t| format!("{:.1}", t.as_secs_f64())).collect();
+        let median = times[ROUNDS / 2].as_secs_f64();
         println!(
-            "failover after {signal} of the leader (lease 15 s), {ROUNDS} rounds: median {:.1} s [{}]",
-            times[ROUNDS / 2].as_secs_f64(),
+            "failover after {signal} of the leader (lease 15 s), {ROUNDS} rounds: median {median:.1} s [{}]",
             seconds.join(", ")
         );
+        let ratio = median / LEASE.as_secs_f64();
+        markdown += &format!("| {signal} | {median:.1} s | {ratio:.2}x | {} s |\n", seconds.join(", "));
     }
+    markdown += &format!("\nAn idle replica with leader election on: {idle} resident.\n");
+    report::write_section("failover", &markdown);
 }
 
 fn rss(pid: u32) -> String {
