@@ -112,6 +112,9 @@ impl Context {
     }
 }
 
+/// What a write left: the ConfigMap's new resourceVersion, or `None` when it deleted the ConfigMap.
+type Left = Option<String>;
+
 pub struct Publisher {
     client: Client,
     settings: PublishArgs,
@@ -231,17 +234,7 @@ impl Publisher {
             if let fights::Verdict::Hold { until, started, hold } = self.fights.before_write(stored, now) {
                 if started {
                     self.context.metrics.conflict();
-                    notices.push(plan::Notice {
-                        regarding: plan::configmap_reference(&self.settings, existing.as_ref()),
-                        warning: true,
-                        reason: "ConflictingWriter",
-                        message: format!(
-                            "another writer keeps undoing what this controller publishes ({}); writes wait {}s instead \
-                             of fighting: run one controller per ConfigMap (a second Helm release, a local run, a script?)",
-                            existing.as_ref().and_then(|e| e.writer.as_deref()).unwrap_or("deleted it"),
-                            hold.as_secs()
-                        ),
-                    });
+                    notices.push(self.conflict_notice(existing.as_ref(), hold));
                 }
                 self.events.record(&notices).await;
                 let left = until.saturating_duration_since(now);
@@ -249,32 +242,62 @@ impl Publisher {
             }
         }
         let written = self.execute(decision.action, existing.as_ref()).await;
+        let health = &self.context.health;
         match &written {
-            Ok(state) => {
-                self.context.health.set_failed_writes(0);
-                if let Some(state) = state {
-                    self.fights.wrote(state.clone());
+            Ok(left) => {
+                health.set_failed_writes(0);
+                if let Some(left) = left {
+                    self.fights.wrote(left.clone());
                 }
             }
             Err(error) => {
-                self.context.health.set_failed_writes(self.context.health.failed_writes() + 1);
+                health.set_failed_writes(health.failed_writes() + 1);
                 // A refused write is told where users look: on the registry it was for, else on the ConfigMap.
-                let regarding = source
-                    .and_then(|id| registries.iter().find(|r| r.id == id))
-                    .map(|r| r.reference.clone())
-                    .unwrap_or_else(|| plan::configmap_reference(&self.settings, existing.as_ref()));
-                let target = format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name);
-                let message = format!(
-                    "could not {} {target}: {}; what readers see is unchanged",
-                    error.metric_label(),
-                    error.refusal()
-                );
-                notices.push(plan::Notice { regarding, warning: true, reason: "PublishFailed", message });
+                let regarding =
+                    source.and_then(|id| registries.iter().find(|r| r.id == id)).map(|r| r.reference.clone());
+                notices.push(self.refusal_notice(error, regarding, existing.as_ref()));
             }
         }
         self.events.record(&notices).await;
         written?;
         Ok(decision.recheck_after)
+    }
+
+    fn target(&self) -> String {
+        format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name)
+    }
+
+    fn conflict_notice(&self, existing: Option<&Existing>, hold: Duration) -> plan::Notice {
+        let other = existing.and_then(|e| e.writer.as_deref()).unwrap_or("deleted it");
+        plan::Notice {
+            regarding: plan::configmap_reference(&self.settings, existing),
+            warning: true,
+            reason: "ConflictingWriter",
+            message: format!(
+                "another writer keeps undoing what this controller publishes ({other}); writes wait {}s instead of \
+                 fighting: run one controller per ConfigMap (a second Helm release, a local run, a script?)",
+                hold.as_secs()
+            ),
+        }
+    }
+
+    fn refusal_notice(
+        &self,
+        error: &Error,
+        regarding: Option<k8s_openapi::api::core::v1::ObjectReference>,
+        existing: Option<&Existing>,
+    ) -> plan::Notice {
+        plan::Notice {
+            regarding: regarding.unwrap_or_else(|| plan::configmap_reference(&self.settings, existing)),
+            warning: true,
+            reason: "PublishFailed",
+            message: format!(
+                "could not {} {}: {}; what readers see is unchanged",
+                error.metric_label(),
+                self.target(),
+                error.refusal()
+            ),
+        }
     }
 
     /// The published-values metric follows what the ConfigMap holds, whoever wrote it.
@@ -290,9 +313,9 @@ impl Publisher {
         self.context.metrics.published(document.as_ref(), source);
     }
 
-    /// Carries out `action`. For a write, returns what it left: the new resourceVersion, or `None` after a delete.
-    async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<Option<Option<String>>, Error> {
-        let target = format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name);
+    /// Carries out `action`. For a write, returns what it left (see [`Left`]); `None` when nothing was written.
+    async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<Option<Left>, Error> {
+        let target = self.target();
         let old = existing.and_then(|e| e.text.as_deref()).map(LocalRegistryHostingV1::parse);
         let old = match old {
             Some(Ok(document)) => document.to_string(),
