@@ -96,7 +96,9 @@ impl Elector {
         let duplicate =
             || DuplicateIdentity { lease: self.settings.name.clone(), identity: self.settings.identity.clone() };
         let read = || async {
-            let lease = self.api.get_opt(&self.settings.name).await.ok().flatten()?;
+            // An API server that does not answer must not hold up the start: no answer counts as no duplicate.
+            let request = tokio::time::timeout(self.settings.retry_period(), self.api.get_opt(&self.settings.name));
+            let lease = request.await.ok()?.ok().flatten()?;
             let ours = lease.spec.as_ref()?.holder_identity.as_deref() == Some(self.settings.identity.as_str());
             ours.then(|| lease.resource_version().unwrap_or_default())
         };
