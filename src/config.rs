@@ -22,7 +22,10 @@ pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
         Label the registry's Service (or the Deployment, StatefulSet or DaemonSet behind it) with\n\
         local-registry-publisher.io/registry=true, or run minikube's or MicroK8s's registry addon, and the\n\
         ConfigMap that Tilt, Skaffold, ctlptl and in-cluster builders read follows it: ports, Service type,\n\
-        load-balancer address, readiness and deletion."
+        load-balancer address, readiness and deletion.\n\n\
+        A registry counts only in a namespace allowed to name the cluster's registry: one a cluster admin labelled\n\
+        local-registry-publisher.io/registries=allowed, one named by --registry-namespaces or --watch-namespaces,\n\
+        or the built-in addons' own."
 )]
 pub struct Args {
     #[command(flatten)]
