@@ -151,6 +151,13 @@ async fn probes_and_metrics_report_what_happens() {
     assert_eq!(published[0]["fields"]["old"], "(none)");
     assert_eq!(published[0]["fields"]["source"], format!("{}/zot", s.ns));
     assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains("hostFromClusterNetwork=zot.")));
+
+    // A withdrawal counts as a delete.
+    s.delete("v1", "Service", "zot").await;
+    s.wait_published("the withdrawal", Option::is_none).await;
+    const DELETES: &str = "local_registry_publisher_configmap_writes_total{operation=\"delete\"}";
+    let deleted = wait_until(SOON, || async { controller.metric(DELETES).filter(|n| *n >= 1.0) }).await;
+    assert_eq!(deleted, Some(1.0), "deletes are counted");
 }
 
 /// A kubeconfig like the shared one whose server is `address`.

@@ -343,6 +343,8 @@ impl Publisher {
                 let params = DeleteParams { preconditions, ..DeleteParams::default() };
                 match self.configmaps.delete(&self.settings.configmap_name, &params).await {
                     Ok(_) => {
+                        self.context.metrics.wrote("delete");
+                        self.context.metrics.published(None, None);
                         info!(configmap = %target, %old, "deleted: no registry and no help URL to publish")
                     }
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
