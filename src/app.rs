@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Args, LogFormat, OperationArgs};
+use crate::config::{Args, Command, LogFormat, OperationArgs};
 use crate::controller::{Context, Publisher};
 use crate::http::{self, Health};
 use crate::leader::{Elector, LeaseSettings};
@@ -31,6 +31,19 @@ pub enum Error {
 
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
+    match &args.command {
+        Some(Command::Render { filename }) => return crate::cli::render(filename, &args.publish),
+        Some(Command::Get { output }) => {
+            return match client(&args).await {
+                Ok(client) => crate::cli::get(client, &args.publish, *output).await,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(crate::cli::EXIT_UNREACHABLE)
+                }
+            };
+        }
+        None => {}
+    }
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
         Err(error) => {

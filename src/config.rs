@@ -28,6 +28,10 @@ pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
         or the built-in addons' own."
 )]
 pub struct Args {
+    /// Without a command, run the controller.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     #[command(flatten)]
     pub publish: PublishArgs,
 
@@ -35,11 +39,11 @@ pub struct Args {
     pub operation: OperationArgs,
 
     /// Path to a kubeconfig; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account is used.
-    #[arg(long, env = "LRP_KUBECONFIG", value_name = "PATH")]
+    #[arg(long, global = true, env = "LRP_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
 
     /// Kubeconfig context to use instead of the current one.
-    #[arg(long, env = "LRP_CONTEXT")]
+    #[arg(long, global = true, env = "LRP_CONTEXT")]
     pub context: Option<String>,
 
     /// Delete the published ConfigMap if this controller wrote it, then exit instead of running (the chart's
@@ -61,60 +65,88 @@ pub struct Args {
     pub log_level: String,
 }
 
+/// Commands for the people who use the registry (see `cli`). As a kubectl plugin: `kubectl registry-hosting get`.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Command {
+    /// Print the published document and what each reader (Tilt and ctlptl, Skaffold, in-cluster builders,
+    /// line-based readers) will use. Exit status: 0 every reader accepts it; 3 nothing is published; 4 a reader
+    /// rejects or misreads it; 5 the cluster could not be read.
+    Get {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
+        output: OutputFormat,
+    },
+    /// Print the ConfigMap the controller would publish for the Services in FILE ("-" for stdin), without a
+    /// cluster: every Service counts as ready and allowed; the controller's flags apply. Exit status: 0 printed;
+    /// 3 no registry Service in the input; 4 a registry has a problem (said on stderr).
+    Render {
+        /// A YAML file of Services (several documents allowed; other kinds are skipped).
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        filename: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    Yaml,
+}
+
 /// What to publish and where: everything the pure decision logic needs.
 #[derive(Clone, Debug, clap::Args)]
 pub struct PublishArgs {
     /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
     /// registry Service selects.
-    #[arg(long, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
+    #[arg(long, global = true, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
     pub registry_selector: String,
 
     /// Do not recognise minikube's registry addon (kube-system/registry) or MicroK8s's
     /// (container-registry/registry) unless they carry the selector's label.
-    #[arg(long, env = "LRP_NO_BUILTIN_REGISTRIES")]
+    #[arg(long, global = true, env = "LRP_NO_BUILTIN_REGISTRIES")]
     pub no_builtin_registries: bool,
 
     /// Namespaces to watch for registries, comma-separated; all namespaces when empty. Namespaces named here are
     /// trusted to name the cluster's registry.
-    #[arg(long, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    #[arg(long, global = true, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub watch_namespaces: Vec<String>,
 
     /// Namespaces trusted to name the cluster's registry, comma-separated, besides those a cluster admin labelled
     /// local-registry-publisher.io/registries=allowed. A registry Service anywhere else is ignored with a Warning
     /// Event, because anyone who may create a Service there could otherwise redirect every push in the cluster.
-    #[arg(long, env = "LRP_REGISTRY_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    #[arg(long, global = true, env = "LRP_REGISTRY_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub registry_namespaces: Vec<String>,
 
     /// Namespace of the published ConfigMap.
-    #[arg(long, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
+    #[arg(long, global = true, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
     pub configmap_namespace: String,
 
     /// Name of the published ConfigMap.
-    #[arg(long, env = "LRP_CONFIGMAP_NAME", default_value = "local-registry-hosting", value_parser = parse_dns_subdomain)]
+    #[arg(long, global = true, env = "LRP_CONFIGMAP_NAME", default_value = "local-registry-hosting", value_parser = parse_dns_subdomain)]
     pub configmap_name: String,
 
     /// Cluster DNS domain used in hostFromClusterNetwork.
-    #[arg(long, env = "LRP_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = parse_cluster_domain)]
+    #[arg(long, global = true, env = "LRP_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = parse_cluster_domain)]
     pub cluster_domain: String,
 
     /// How tools outside the cluster reach a node's hostPort or nodePort: "localhost" (MicroK8s, k3s, Docker
     /// Desktop, kind with port mappings), "internal-ip" (the node's InternalIP: minikube, VMs), or an IP
     /// address or dotted host name.
-    #[arg(long, env = "LRP_NODE_ADDRESS", default_value = "localhost", value_parser = parse_node_address)]
+    #[arg(long, global = true, env = "LRP_NODE_ADDRESS", default_value = "localhost", value_parser = parse_node_address)]
     pub node_address: NodeAddress,
 
     /// Help URL published with the registry, and alone while no registry is usable (unless the registry
     /// Service has its own local-registry-publisher.io/help annotation).
-    #[arg(long, env = "LRP_HELP_URL", value_parser = parse_help_url)]
+    #[arg(long, global = true, env = "LRP_HELP_URL", value_parser = parse_help_url)]
     pub help_url: Option<String>,
 
     /// How long a published registry may have no ready endpoint before it is withdrawn, so a rolling restart
     /// does not flap the ConfigMap.
-    #[arg(long, env = "LRP_GRACE_PERIOD", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "LRP_GRACE_PERIOD", default_value = "15s", value_parser = parse_duration)]
     pub grace_period: Duration,
 
     /// Overwrite a ConfigMap that another tool (kind's script, k3d, ctlptl, a human) created.
-    #[arg(long, env = "LRP_TAKE_OVER")]
+    #[arg(long, global = true, env = "LRP_TAKE_OVER")]
     pub take_over: bool,
 }
 
@@ -258,6 +290,29 @@ fn parse_label_selector(value: &str) -> Result<String, String> {
         check_requirement(requirement.trim()).map_err(|e| format!("{requirement:?}: {e}"))?;
     }
     Ok(value.to_string())
+}
+
+/// Whether `labels` satisfy a label selector that [`parse_label_selector`] accepted, as the API server evaluates it
+/// (for `render`, which has no API server).
+pub fn selector_matches(selector: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    split_requirements(selector).into_iter().map(str::trim).all(|requirement| {
+        if let Some(key) = requirement.strip_prefix('!') {
+            return !labels.contains_key(key.trim());
+        }
+        for (operator, equal) in [("!=", false), ("==", true), ("=", true)] {
+            if let Some((key, value)) = requirement.split_once(operator) {
+                return (labels.get(key.trim()).map(String::as_str) == Some(value.trim())) == equal;
+            }
+        }
+        for (operator, member) in [(" notin ", false), (" in ", true)] {
+            if let Some((key, values)) = requirement.split_once(operator) {
+                let set = values.trim().trim_start_matches('(').trim_end_matches(')');
+                let found = labels.get(key.trim()).is_some_and(|v| set.split(',').any(|s| s.trim() == v));
+                return found == member;
+            }
+        }
+        labels.contains_key(requirement)
+    })
 }
 
 /// Splits on commas outside parentheses: `a in (x,y),b` is two requirements.
@@ -411,6 +466,25 @@ mod tests {
         }
         for (good, literal) in [("fd00::1", "[fd00::1]"), ("[::1]", "[::1]"), ("192.168.49.2", "192.168.49.2")] {
             assert_eq!(parse_node_address(good), Ok(NodeAddress::Literal(literal.into())), "{good}");
+        }
+    }
+
+    #[test]
+    fn label_selectors_match_as_the_api_server_evaluates_them() {
+        let labels: std::collections::BTreeMap<String, String> =
+            [("app", "zot"), ("tier", "infra")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+        for (selector, expected) in [
+            ("app=zot", true),
+            ("app==zot,tier=infra", true),
+            ("app!=zot", false),
+            ("app in (harbor, zot)", true),
+            ("app notin (zot)", false),
+            ("tier", true),
+            ("!tier", false),
+            ("missing", false),
+            ("app=zot,missing=x", false),
+        ] {
+            assert_eq!(selector_matches(selector, &labels), expected, "{selector}");
         }
     }
 }

@@ -8,9 +8,11 @@
 //! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`];
 //!   [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
 //! - [`config`]: flags; [`app`]: wiring for the binary; [`withdraw`]: the chart's uninstall hook.
+//! - [`cli`]: `get` and `render` for registry users; [`readers`]: what each known reader makes of a document.
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod hosting;
@@ -19,5 +21,6 @@ pub mod leader;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod plan;
+pub mod readers;
 pub mod registry;
 pub mod withdraw;

@@ -3,7 +3,17 @@ use std::process::ExitCode;
 use clap::Parser;
 use local_registry_publisher::{app, config::Args};
 
+/// Installed under this name, the binary is a kubectl plugin: `kubectl registry-hosting get`.
+const PLUGIN: &str = "kubectl-registry_hosting";
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    app::run(Args::parse()).await
+    let args = Args::parse();
+    let invoked_as = std::env::args().next().unwrap_or_default();
+    if args.command.is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
+        // As a plugin it only reads: running the controller needs an explicit binary.
+        eprintln!("usage: kubectl registry-hosting get [-o text|json|yaml] | render -f FILE   (see --help)");
+        return ExitCode::from(2);
+    }
+    app::run(args).await
 }

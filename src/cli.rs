@@ -1,0 +1,183 @@
+//! Commands for the people who use the registry, beside the controller: `get` (what each reader sees) and `render`
+//! (the ConfigMap the controller would publish for given Services, offline). Also a kubectl plugin: installed as
+//! `kubectl-registry_hosting` it runs as `kubectl registry-hosting get`.
+//!
+//! Exit codes, for scripts: 0 published and every reader accepts it; 3 nothing published (or, for `render`, no
+//! registry in the input); 4 published but some reader rejects or misreads it (or, for `render`, a registry has a
+//! problem); 5 the cluster could not be read; 2 invalid flags.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::Client;
+use kube::api::Api;
+use serde::Serialize;
+
+use crate::config::{OutputFormat, PublishArgs, selector_matches};
+use crate::hosting::DATA_KEY;
+use crate::plan::{self, Action, Existing, Readiness};
+use crate::readers::{self, Verdict};
+use crate::registry::{self, Cluster, MICROK8S, MINIKUBE};
+
+pub const EXIT_NONE: u8 = 3;
+pub const EXIT_READER_REJECTS: u8 = 4;
+pub const EXIT_UNREACHABLE: u8 = 5;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    configmap: String,
+    /// Who wrote it: our managed-by label's value, or the first field manager.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    writer: Option<String>,
+    ours: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    document: Option<String>,
+    readers: Vec<Verdict>,
+}
+
+/// `get`: reads the published ConfigMap and says what each reader will use.
+pub async fn get(client: Client, publish: &PublishArgs, output: OutputFormat) -> ExitCode {
+    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
+    let api: Api<ConfigMap> = Api::namespaced(client, &publish.configmap_namespace);
+    let configmap = match api.get_opt(&publish.configmap_name).await {
+        Ok(configmap) => configmap,
+        Err(error) => {
+            eprintln!("error: cannot read ConfigMap {target}: {error}");
+            return ExitCode::from(EXIT_UNREACHABLE);
+        }
+    };
+    let existing = configmap.as_ref().map(Existing::from_configmap);
+    let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned());
+    let report = Report {
+        configmap: target.clone(),
+        writer: existing.as_ref().and_then(|e| e.writer.clone()),
+        ours: existing.as_ref().is_some_and(|e| e.owned),
+        readers: text.as_deref().map(readers::verdicts).unwrap_or_default(),
+        document: text,
+    };
+    print_report(&report, output);
+    if report.document.as_deref().is_none_or(|t| t.trim().is_empty()) {
+        ExitCode::from(EXIT_NONE)
+    } else if report.readers.iter().any(|v| v.problem.is_some()) {
+        ExitCode::from(EXIT_READER_REJECTS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_report(report: &Report, output: OutputFormat) {
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(report).unwrap_or_default()),
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        OutputFormat::Text => {
+            let Some(text) = &report.document else {
+                println!("Nothing is published: ConfigMap {} does not exist or has no {DATA_KEY}.", report.configmap);
+                return;
+            };
+            let writer = report.writer.as_deref().unwrap_or("an unknown writer");
+            let whose =
+                if report.ours { "this controller".to_string() } else { format!("{writer}, not this controller") };
+            println!("ConfigMap {} (written by {whose}):", report.configmap);
+            for line in text.lines() {
+                println!("  {line}");
+            }
+            println!("\nWhat each reader will use:");
+            for verdict in &report.readers {
+                match (&verdict.uses, &verdict.problem, &verdict.note) {
+                    (_, Some(problem), _) => println!("  {:<20} PROBLEM: {problem}", verdict.reader),
+                    (Some(uses), None, _) => println!("  {:<20} {uses}", verdict.reader),
+                    (None, None, note) => println!("  {:<20} - ({})", verdict.reader, note.as_deref().unwrap_or("")),
+                }
+            }
+        }
+    }
+}
+
+/// `render`: the ConfigMap the controller would publish for the Services in `input` (YAML, several documents
+/// allowed, other kinds ignored), offline: every Service counts as ready and every namespace as allowed, since
+/// there is no cluster to ask.
+pub fn render(input: &str, publish: &PublishArgs) -> ExitCode {
+    let text = match read_input(input) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: cannot read {input}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cluster = Cluster::default();
+    for document in text.split("\n---") {
+        let Ok(value) = serde_saphyr::from_str::<serde_json::Value>(document) else { continue };
+        if value["kind"] != "Service" {
+            continue;
+        }
+        let service: Service = match serde_json::from_value(value) {
+            Ok(service) => service,
+            Err(error) => {
+                eprintln!("error: a Service in {input} is not valid: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        let labels = service.metadata.labels.clone().unwrap_or_default();
+        let id = registry::service_id(&service);
+        let builtin = [MINIKUBE, MICROK8S].contains(&(id.namespace.as_str(), id.name.as_str()));
+        if selector_matches(&publish.registry_selector, &labels) {
+            cluster.labelled_services.push(Arc::new(service));
+        } else if builtin && !publish.no_builtin_registries {
+            cluster.builtin_services.push(Arc::new(service));
+        }
+    }
+    let mut registries = registry::registries(&cluster, publish);
+    for registry in &mut registries {
+        registry.ready = true;
+        registry.trusted = true;
+    }
+    for registry in &registries {
+        if let Err(problem) = &registry.document {
+            eprintln!("{}: {} ({})", registry.id, problem.message, problem.reason);
+        }
+    }
+    let now = Instant::now();
+    let mut readiness = Readiness::default();
+    readiness.observe(&registries, now);
+    let decision = plan::decide(&registries, None, &readiness, now, publish);
+    match decision.action {
+        Action::Apply { document, source } => {
+            let configmap = plan::desired_configmap(Some(&document), publish);
+            if let Some(source) = source {
+                eprintln!("# from registry {source}");
+            }
+            let manifest =
+                Manifest { api_version: "v1", kind: "ConfigMap", metadata: &configmap.metadata, data: &configmap.data };
+            print!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        _ if registries.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
+        _ => {
+            eprintln!("no registry Service in {input} matches {:?}", publish.registry_selector);
+            ExitCode::from(EXIT_NONE)
+        }
+    }
+}
+
+fn read_input(input: &str) -> std::io::Result<String> {
+    if input == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(input)
+}
+
+/// The ConfigMap as a manifest, apiVersion and kind first.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    data: &'a Option<BTreeMap<String, String>>,
+}

@@ -1,0 +1,143 @@
+//! What each known reader makes of a published `localRegistryHosting.v1` text: the value it will use, or why it
+//! will reject or misread the document. Pure; `get` and `doctor` print it.
+
+use serde::Serialize;
+
+use crate::hosting::LocalRegistryHostingV1;
+
+/// One reader's view of the document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub reader: &'static str,
+    /// The value it will use, when it can use one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uses: Option<String>,
+    /// Why it will reject or misread the document; `None` when all is well.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Why it finds no registry although nothing is wrong (a ClusterIP registry has no host for outside tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Verdict {
+    fn ok(reader: &'static str, uses: String) -> Self {
+        Self { reader, uses: Some(uses), problem: None, note: None }
+    }
+
+    fn problem(reader: &'static str, problem: impl Into<String>) -> Self {
+        Self { reader, uses: None, problem: Some(problem.into()), note: None }
+    }
+
+    fn nothing(reader: &'static str, note: impl Into<String>) -> Self {
+        Self { reader, uses: None, problem: None, note: Some(note.into()) }
+    }
+}
+
+pub const TILT: &str = "Tilt, ctlptl";
+pub const SKAFFOLD: &str = "Skaffold";
+pub const IN_CLUSTER: &str = "in-cluster builders";
+pub const LINE_BASED: &str = "line-based readers";
+
+/// Every reader's verdict on `text`, the ConfigMap's `localRegistryHosting.v1` value.
+pub fn verdicts(text: &str) -> Vec<Verdict> {
+    let document = match LocalRegistryHostingV1::parse(text) {
+        Ok(document) => document,
+        Err(error) => {
+            let why = format!("the document is not YAML they can read: {error}");
+            return [TILT, SKAFFOLD, IN_CLUSTER, LINE_BASED].map(|r| Verdict::problem(r, why.clone())).to_vec();
+        }
+    };
+    let field_problem = |field: &'static str, value: &Option<String>| -> Option<String> {
+        let single = match field {
+            "host" => LocalRegistryHostingV1 { host: value.clone(), ..Default::default() },
+            "hostFromContainerRuntime" => LocalRegistryHostingV1 {
+                host: Some("localhost".into()),
+                host_from_container_runtime: value.clone(),
+                ..Default::default()
+            },
+            _ => LocalRegistryHostingV1 { host_from_cluster_network: value.clone(), ..Default::default() },
+        };
+        single.validate().err().map(|invalid| format!("{field} {:?} {}", invalid.value, invalid.reason))
+    };
+    let host = document.host.clone();
+    let runtime = document.host_from_container_runtime.clone().or_else(|| host.clone());
+
+    // Tilt and ctlptl push to host and name images for pods by hostFromContainerRuntime, else host.
+    let tilt = match (&host, field_problem("host", &host), field_problem("hostFromContainerRuntime", &runtime)) {
+        (None, _, _) => Verdict::nothing(TILT, "no host: they find no registry"),
+        (_, Some(problem), _) | (_, None, Some(problem)) => Verdict::problem(TILT, problem),
+        (Some(host), None, None) => {
+            let pulls = runtime.clone().unwrap_or_else(|| host.clone());
+            Verdict::ok(TILT, if &pulls == host { host.clone() } else { format!("push {host}, pods pull {pulls}") })
+        }
+    };
+    // Skaffold reads host alone, and counts a present but empty one as a registry.
+    let skaffold = match (&host, field_problem("host", &host)) {
+        (None, _) if text.lines().any(|l| l.trim_start().starts_with("host:")) => {
+            Verdict::problem(SKAFFOLD, "host is present but empty: Skaffold counts it as a registry named \"\"")
+        }
+        (None, _) => Verdict::nothing(SKAFFOLD, "no host: it finds no registry"),
+        (_, Some(problem)) => Verdict::problem(SKAFFOLD, problem),
+        (Some(host), None) => Verdict::ok(SKAFFOLD, host.clone()),
+    };
+    // In-cluster builders (Camel K, SonataFlow, kpack scripts) reach hostFromClusterNetwork, else host.
+    let cluster = document.host_from_cluster_network.clone().or_else(|| host.clone());
+    let in_cluster = match (&cluster, field_problem("hostFromClusterNetwork", &cluster)) {
+        (None, _) => Verdict::nothing(IN_CLUSTER, "neither hostFromClusterNetwork nor host: they find no registry"),
+        (_, Some(problem)) => Verdict::problem(IN_CLUSTER, problem),
+        (Some(value), None) => Verdict::ok(IN_CLUSTER, value.clone()),
+    };
+    // The knative Tiltfile: grep "host:" | sed 's/ *host: *//' | tr -d '"'.
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("host:"))
+        .map(|l| {
+            let start = l.find("host:").map_or(0, |i| l[..i].trim_end().len());
+            let (before, after) = l.split_at(start);
+            let after = after.trim_start().trim_start_matches("host:").trim_start();
+            format!("{before}{after}").replace('"', "")
+        })
+        .collect();
+    let line_based = match (lines.as_slice(), &host) {
+        ([only], Some(host)) if only == host => Verdict::ok(LINE_BASED, only.clone()),
+        ([], None) => Verdict::nothing(LINE_BASED, "no line contains \"host:\": they find no registry"),
+        ([], Some(_)) => Verdict::problem(LINE_BASED, "no line contains \"host:\" although there is a host"),
+        ([only], _) => Verdict::problem(LINE_BASED, format!("they read {only:?}, not the host")),
+        (many, _) => {
+            Verdict::problem(LINE_BASED, format!("{} lines contain \"host:\"; they read all of {many:?}", many.len()))
+        }
+    };
+    vec![tilt, skaffold, in_cluster, line_based]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_we_publish_is_read_the_same_by_everyone() {
+        let text = "host: \"localhost:30500\"\nhostFromContainerRuntime: \"127.0.0.1:30500\"\n\
+                    hostFromClusterNetwork: \"registry.reg.svc.cluster.local:5000\"\n";
+        let verdicts = verdicts(text);
+        assert!(verdicts.iter().all(|v| v.problem.is_none()), "{verdicts:?}");
+        assert_eq!(verdicts[0].uses.as_deref(), Some("push localhost:30500, pods pull 127.0.0.1:30500"));
+        assert_eq!(verdicts[2].uses.as_deref(), Some("registry.reg.svc.cluster.local:5000"));
+        assert_eq!(verdicts[3].uses.as_deref(), Some("localhost:30500"));
+    }
+
+    #[test]
+    fn each_reader_says_what_it_rejects_or_misreads() {
+        // A runtime line with "localhost:" is read by the line reader too.
+        let two_lines = verdicts("host: \"10.0.0.1:5000\"\nhostFromContainerRuntime: \"localhost:5000\"\n");
+        assert!(two_lines[3].problem.as_deref().is_some_and(|p| p.contains("2 lines")), "{two_lines:?}");
+        // An empty host is a registry named "" to Skaffold.
+        let empty = verdicts("host: \"\"\nhostFromClusterNetwork: \"r.ns.svc.cluster.local:5000\"\n");
+        assert!(empty[1].problem.as_deref().is_some_and(|p| p.contains("empty")), "{empty:?}");
+        // A bare name is a Docker Hub namespace to Tilt's image references.
+        let bare = verdicts("host: \"registry\"\n");
+        assert!(bare[0].problem.as_deref().is_some_and(|p| p.contains("Docker Hub")), "{bare:?}");
+        let broken = verdicts("host: [unclosed");
+        assert!(broken.iter().all(|v| v.problem.as_deref().is_some_and(|p| p.contains("not YAML"))));
+    }
+}

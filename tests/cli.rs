@@ -1,0 +1,179 @@
+//! `get`, `render` and the kubectl plugin against the real control plane (the registry users' issue): every exit
+//! code, a foreign ConfigMap, a document a reader misreads, none at all, and an unreachable cluster.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use serde_json::json;
+use support::binary::BINARY;
+use support::*;
+use testbed::ControlPlane;
+
+fn run(args: &[&str], input: Option<&str>) -> Output {
+    let mut child = Command::new(BINARY)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the binary");
+    if let Some(input) = input {
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("wait")
+}
+
+fn get(s: &Scenario, extra: &[&str]) -> Output {
+    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
+    let namespace = format!("--configmap-namespace={}", s.ns);
+    let mut args = vec!["get", kubeconfig.as_str(), namespace.as_str()];
+    args.extend(extra);
+    run(&args, None)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn get_says_what_each_reader_uses_with_an_exit_code_for_each_case() {
+    let s = Scenario::new("cli-get").await;
+    // Nothing published.
+    let none = get(&s, &[]);
+    assert_eq!(none.status.code(), Some(3), "{}", stdout(&none));
+    assert!(stdout(&none).contains("Nothing is published"));
+
+    // Published by the controller: every reader accepts it.
+    let run = s.start();
+    s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
+    s.wait_cluster_host("zot", 5000).await;
+    let ours = get(&s, &[]);
+    let text = stdout(&ours);
+    assert_eq!(ours.status.code(), Some(0), "{text}");
+    assert!(text.contains("written by this controller") && text.contains("in-cluster builders"), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&get(&s, &["-o", "json"]).stdout).expect("JSON");
+    assert_eq!(report["ours"], true);
+    assert_eq!(report["readers"][2]["uses"], format!("zot.{}.svc.cluster.local:5000", s.ns));
+    let yaml = stdout(&get(&s, &["-o", "yaml"]));
+    assert!(yaml.contains("readers:"), "{yaml}");
+    run.stop().await;
+    s.configmaps().delete(TARGET, &Default::default()).await.expect("delete");
+
+    // Another tool's document that line-based readers misread.
+    let foreign: ConfigMap = serde_json::from_value(json!({"metadata": {"name": TARGET}, "data": {
+        "localRegistryHosting.v1": "host: \"10.0.0.1:5000\"\nhostFromContainerRuntime: \"localhost:5000\"\n"}}))
+    .unwrap();
+    s.configmaps().create(&PostParams::default(), &foreign).await.expect("a foreign ConfigMap");
+    let misread = get(&s, &[]);
+    let text = stdout(&misread);
+    assert_eq!(misread.status.code(), Some(4), "{text}");
+    assert!(text.contains("not this controller") && text.contains("PROBLEM: 2 lines contain"), "{text}");
+}
+
+#[test]
+fn get_from_an_unreachable_cluster_exits_5() {
+    let dir = tempfile_dir();
+    let kubeconfig = dir.join("unreachable.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}\n\
+         users:\n- name: u\n  user: {token: x}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let output = run(&["get", &format!("--kubeconfig={}", kubeconfig.display())], None);
+    assert_eq!(output.status.code(), Some(5), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot read ConfigMap kube-public/local-registry-hosting")
+    );
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lrp-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const NODEPORT_REGISTRY: &str = "apiVersion: v1
+kind: Service
+metadata:
+  name: registry
+  namespace: registry
+  labels: {local-registry-publisher.io/registry: \"true\"}
+spec:
+  type: NodePort
+  ports: [{name: registry, port: 5000, nodePort: 30500}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: skipped}
+";
+
+#[tokio::test]
+async fn render_prints_what_would_be_published_and_the_api_server_accepts_it() {
+    let output = run(&["render", "-f", "-", "--node-address", "192.168.49.2"], Some(NODEPORT_REGISTRY));
+    let manifest = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let configmap: ConfigMap = serde_saphyr::from_str(&manifest).expect("a ConfigMap manifest");
+    assert_eq!(
+        configmap.data.unwrap_or_default().get("localRegistryHosting.v1").map(String::as_str),
+        Some(
+            "host: \"192.168.49.2:30500\"\nhostFromContainerRuntime: \"127.0.0.1:30500\"\n\
+             hostFromClusterNetwork: \"registry.registry.svc.cluster.local:5000\"\n"
+        )
+    );
+    // The same manifest, applied as a cluster script would, with a server-side dry run.
+    let plane = ControlPlane::shared();
+    let mut kubectl = Command::new(plane.tools().join("kubectl"))
+        .args(["apply", "--dry-run=server", "-f", "-"])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        kubectl.stdin.take().unwrap().write_all(manifest.as_bytes()).unwrap();
+    }
+    let applied = kubectl.wait_with_output().unwrap();
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+
+    let none = run(&["render", "-f", "-"], Some("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"));
+    assert_eq!(none.status.code(), Some(3));
+    let ambiguous = "apiVersion: v1\nkind: Service\nmetadata: {name: r, namespace: reg, labels: \
+                     {local-registry-publisher.io/registry: \"true\"}}\nspec: {ports: [{port: 80}, {port: 5000}]}\n";
+    let problem = run(&["render", "-f", "-"], Some(ambiguous));
+    assert_eq!(problem.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&problem.stderr).contains("AmbiguousPort"));
+}
+
+#[tokio::test]
+async fn installed_as_kubectl_registry_hosting_it_is_a_kubectl_plugin() {
+    let s = Scenario::new("cli-plugin").await;
+    let dir = tempfile_dir().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-registry_hosting");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(BINARY, &plugin).expect("install the plugin");
+    let plane = ControlPlane::shared();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let kubectl = |args: &[&str]| {
+        Command::new(plane.tools().join("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let namespace = format!("--configmap-namespace={}", s.ns);
+    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
+    let output = kubectl(&["registry-hosting", "get", &kubeconfig, &namespace]);
+    assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
+    let bare = kubectl(&["registry-hosting"]);
+    assert_eq!(bare.status.code(), Some(2), "as a plugin it never starts the controller");
+}
