@@ -33,6 +33,22 @@ pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
     match &args.command {
         Some(Command::Render { filename }) => return crate::cli::render(filename, &args.publish),
+        Some(Command::Probe { address }) => {
+            let result = crate::probe::probe(address).await;
+            println!("{address}: {}", result.summary);
+            return if result.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        }
+        Some(Command::Doctor { from_cluster, image, probe_namespace }) => {
+            let from = from_cluster
+                .then(|| crate::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
+            return match client(&args).await {
+                Ok(client) => crate::doctor::doctor(client, &args.publish, from).await,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(crate::cli::EXIT_UNREACHABLE)
+                }
+            };
+        }
         Some(Command::Get { output }) => {
             return match client(&args).await {
                 Ok(client) => crate::cli::get(client, &args.publish, *output).await,

@@ -76,6 +76,24 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
         output: OutputFormat,
     },
+    /// Say why readers see what they see: probe the published host from this machine (GET /v2/ over HTTPS, then
+    /// HTTP), list every registry candidate with why it is or is not published, say whether the ConfigMap is ours,
+    /// foreign or stale, and which controller pods run and lead. Exit status as for get, 4 when anything is wrong.
+    Doctor {
+        /// Also probe hostFromClusterNetwork from a short-lived pod running IMAGE (this program), then remove it.
+        #[arg(long)]
+        from_cluster: bool,
+        /// The image the probe pod runs: this program's.
+        #[arg(long, default_value = concat!("local-registry-publisher:", env!("CARGO_PKG_VERSION")))]
+        image: String,
+        /// Namespace of the probe pod.
+        #[arg(long, default_value = "default", value_parser = parse_namespace)]
+        probe_namespace: String,
+    },
+    /// Probe one registry address (GET /v2/ over HTTPS, then HTTP) and exit 0 if a registry answers; what
+    /// doctor --from-cluster runs in its pod.
+    #[command(hide = true)]
+    Probe { address: String },
     /// Print the ConfigMap the controller would publish for the Services in FILE ("-" for stdin), without a
     /// cluster: every Service counts as ready and allowed; the controller's flags apply. Exit status: 0 printed;
     /// 3 no registry Service in the input; 4 a registry has a problem (said on stderr).

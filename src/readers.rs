@@ -61,7 +61,8 @@ pub fn verdicts(text: &str) -> Vec<Verdict> {
         single.validate().err().map(|invalid| format!("{field} {:?} {}", invalid.value, invalid.reason))
     };
     let host = document.host.clone();
-    let runtime = document.host_from_container_runtime.clone().or_else(|| host.clone());
+    // The runtime line is checked as written; without one, readers pull from host, already checked as host.
+    let runtime = document.host_from_container_runtime.clone();
 
     // Tilt and ctlptl push to host and name images for pods by hostFromContainerRuntime, else host.
     let tilt = match (&host, field_problem("host", &host), field_problem("hostFromContainerRuntime", &runtime)) {
@@ -124,6 +125,13 @@ mod tests {
         assert_eq!(verdicts[0].uses.as_deref(), Some("push localhost:30500, pods pull 127.0.0.1:30500"));
         assert_eq!(verdicts[2].uses.as_deref(), Some("registry.reg.svc.cluster.local:5000"));
         assert_eq!(verdicts[3].uses.as_deref(), Some("localhost:30500"));
+    }
+
+    #[test]
+    fn without_a_runtime_line_readers_pull_from_host() {
+        let verdicts = verdicts("host: \"localhost:30500\"\nhostFromClusterNetwork: \"r.ns.svc.cluster.local:5000\"\n");
+        assert!(verdicts.iter().all(|v| v.problem.is_none()), "{verdicts:?}");
+        assert_eq!(verdicts[0].uses.as_deref(), Some("localhost:30500"));
     }
 
     #[test]

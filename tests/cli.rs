@@ -76,7 +76,7 @@ async fn get_says_what_each_reader_uses_with_an_exit_code_for_each_case() {
 }
 
 #[test]
-fn get_from_an_unreachable_cluster_exits_5() {
+fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
     let dir = tempfile_dir();
     let kubeconfig = dir.join("unreachable.kubeconfig");
     std::fs::write(
@@ -85,11 +85,12 @@ fn get_from_an_unreachable_cluster_exits_5() {
          users:\n- name: u\n  user: {token: x}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
     )
     .unwrap();
-    let output = run(&["get", &format!("--kubeconfig={}", kubeconfig.display())], None);
-    assert_eq!(output.status.code(), Some(5), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("cannot read ConfigMap kube-public/local-registry-hosting")
-    );
+    for command in ["get", "doctor"] {
+        let output = run(&[command, &format!("--kubeconfig={}", kubeconfig.display())], None);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(5), "{command}: {stderr}");
+        assert!(stderr.contains("cannot read ConfigMap kube-public/local-registry-hosting"), "{command}: {stderr}");
+    }
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
@@ -176,4 +177,94 @@ async fn installed_as_kubectl_registry_hosting_it_is_a_kubectl_plugin() {
     assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
     let bare = kubectl(&["registry-hosting"]);
     assert_eq!(bare.status.code(), Some(2), "as a plugin it never starts the controller");
+}
+
+/// A real registry process on loopback (crane's), stopped on drop.
+struct LocalRegistry {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl LocalRegistry {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(ControlPlane::shared().tools().join("crane"))
+            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start crane's registry");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn doctor(s: &Scenario) -> (Option<i32>, String) {
+    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
+    let namespace = format!("--configmap-namespace={}", s.ns);
+    let watch = format!("--watch-namespaces={}", s.ns);
+    let output = run(&["doctor", &kubeconfig, &namespace, &watch, "--no-builtin-registries"], None);
+    (output.status.code(), format!("{}{}", stdout(&output), String::from_utf8_lossy(&output.stderr)))
+}
+
+fn registry_at(host: &str) -> serde_json::Value {
+    service(
+        "zot",
+        registry_label(),
+        json!({"local-registry-publisher.io/host": host}),
+        json!({"ports": [{"port": 5000}]}),
+    )
+}
+
+#[tokio::test]
+async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a_stale_configmap() {
+    let s = Scenario::new("cli-doctor").await;
+    let nothing = doctor(&s);
+    assert_eq!(nothing.0, Some(3), "{}", nothing.1);
+    let registry = LocalRegistry::start();
+    let run = s.start();
+    let host = format!("127.0.0.1:{}", registry.port);
+    s.apply(registry_at(&host)).await;
+    s.wait_host(&host).await;
+
+    let (code, text) = doctor(&s);
+    eprintln!("{text}");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a registry answers over HTTP (GET /v2/: 200); HTTPS: TLS failed"), "{text}");
+    assert!(text.contains(&format!("{}/zot (labelled Service", s.ns)) && text.contains("): published"), "{text}");
+    assert!(text.contains("the ConfigMap is current"), "{text}");
+    assert!(text.contains("the controller's last Event on it: Published"), "{text}");
+
+    // The wrong port: nothing listens there.
+    let wrong = format!("127.0.0.1:{}", registry.port + 1);
+    s.apply(registry_at(&wrong)).await;
+    s.wait_host(&wrong).await;
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains(&format!("host {wrong}: cannot connect")), "{text}");
+
+    // Back on the right port, then the registry goes down.
+    s.apply(registry_at(&host)).await;
+    s.wait_host(&host).await;
+    drop(registry);
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("Connection refused"), "{text}");
+
+    // With the controller stopped, a change makes the ConfigMap stale.
+    run.stop().await;
+    s.apply(registry_at("registry.example:5000")).await;
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("STALE: the controller would publish host=registry.example:5000"), "{text}");
 }

@@ -236,6 +236,25 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
     .await;
     assert!(document.host.as_deref().is_some_and(|h| h.starts_with("localhost:3")), "{document:?}");
     kep_flow(&client, &ns, &document, true).await;
+    // doctor --from-cluster probes hostFromClusterNetwork from a pod running the controller's own image.
+    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
+    let probe_namespace = format!("--probe-namespace={ns}");
+    let image = "--image=docker.io/library/local-registry-publisher:0.1.0";
+    let doctor = Command::new(support::binary::BINARY)
+        .args(["doctor", &kubeconfig, "--from-cluster", image, &probe_namespace])
+        .output()
+        .expect("run doctor");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("== From a pod") && report.contains(&format!("{cluster_host}: a registry answers over HTTP")),
+        "{report}"
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let left = pods.list(&kube::api::ListParams::default().labels("app.kubernetes.io/component=registry-doctor")).await;
+    assert!(
+        left.expect("list").items.iter().all(|p| p.metadata.deletion_timestamp.is_some()),
+        "the probe pod is removed"
+    );
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 
     // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000,

@@ -59,6 +59,26 @@ impl Error {
     }
 }
 
+/// What the controller's own watches see right now, once every watch the current registries need has synced: the
+/// same snapshot a reconcile pass decides on (for `doctor`).
+pub async fn snapshot(client: &Client, settings: &PublishArgs) -> (registry::Cluster, Option<Existing>) {
+    let signals = Signals { changed: Arc::new(Notify::new()), metrics: Metrics::default(), health: Arc::default() };
+    let mut watches = Watches::new(client, &signals, settings);
+    let mut interest = None;
+    loop {
+        let synced = watches.synced();
+        let cluster = watches.snapshot();
+        let wanted = registry::interest(&cluster, settings);
+        if synced && interest.as_ref() == Some(&wanted) {
+            let existing = watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
+            return (cluster, existing);
+        }
+        watches.follow(&wanted);
+        interest = Some(wanted);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Asks the API server's own /readyz (which covers etcd) every heartbeat: watches can stay open on the API
 /// server's cache while etcd is down, so their silence proves nothing.
 async fn probe_api(client: Client, health: Arc<Health>) {

@@ -1,0 +1,240 @@
+//! `doctor`: why readers see what they see. From this machine it probes the published `host`; from the cluster it
+//! lists every registry candidate with why it is or is not published (the controller's own snapshot and decision,
+//! not a copy), whether the ConfigMap is ours, foreign or stale, and which controller pods run and lead; with
+//! `--from-cluster` it probes `hostFromClusterNetwork` from a short-lived pod and removes it.
+//!
+//! Exit status as `get`: 0 all is well; 3 nothing is published; 4 something is wrong (said in the output);
+//! 5 the cluster could not be read.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::cli::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
+use crate::config::PublishArgs;
+use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
+use crate::plan::{self, Action, Readiness};
+use crate::{probe, readers, registry};
+
+/// How long the cluster snapshot and the probe pod may take.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where and with what image `--from-cluster` runs its probe pod.
+pub struct FromCluster {
+    pub image: String,
+    pub namespace: String,
+}
+
+pub async fn doctor(client: Client, publish: &PublishArgs, from_cluster: Option<FromCluster>) -> ExitCode {
+    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &publish.configmap_namespace);
+    let configmap = match configmaps.get_opt(&publish.configmap_name).await {
+        Ok(configmap) => configmap,
+        Err(error) => {
+            eprintln!("error: cannot read ConfigMap {target}: {error}");
+            return ExitCode::from(EXIT_UNREACHABLE);
+        }
+    };
+    let mut wrong = false;
+    let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned()).unwrap_or_default();
+    let document = LocalRegistryHostingV1::parse(&text).unwrap_or_default();
+    println!("== Published: {target}");
+    if document.is_empty() {
+        println!("  nothing");
+    } else {
+        text.lines().for_each(|line| println!("  {line}"));
+        for verdict in readers::verdicts(&text) {
+            if let Some(problem) = &verdict.problem {
+                wrong = true;
+                println!("  {}: PROBLEM: {problem}", verdict.reader);
+            }
+        }
+    }
+
+    println!("\n== From this machine");
+    match &document.host {
+        Some(host) => {
+            let result = probe::probe(host).await;
+            wrong |= !result.ok;
+            println!("  host {host}: {}", result.summary);
+            if let (false, Some(help)) = (result.ok, &document.help) {
+                println!("  help: {help}");
+            }
+        }
+        None => println!("  no host is published, so tools outside the cluster find no registry"),
+    }
+
+    println!("\n== From the cluster (what the controller sees and decides)");
+    println!("  reading the registries, their endpoints and the ConfigMap...");
+    let Ok((cluster, existing)) =
+        tokio::time::timeout(CLUSTER_TIMEOUT, crate::controller::snapshot(&client, publish)).await
+    else {
+        eprintln!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
+        return ExitCode::from(EXIT_UNREACHABLE);
+    };
+    let registries = registry::registries(&cluster, publish);
+    let now = Instant::now();
+    let mut readiness = Readiness::default();
+    readiness.observe(&registries, now);
+    let decision = plan::decide(&registries, existing.as_ref(), &readiness, now, publish);
+    if registries.is_empty() {
+        println!("  no registry: no Service matches {:?} in an allowed namespace", publish.registry_selector);
+    }
+    let winner = match &decision.action {
+        Action::Apply { source, .. } => source.clone(),
+        _ => None,
+    };
+    for registry in &registries {
+        let state = format!(
+            "{}, priority {}, {}, {}",
+            registry.source,
+            registry.priority,
+            if registry.ready { "ready" } else { "not ready" },
+            if registry.trusted { "allowed" } else { "namespace not allowed" }
+        );
+        let said: Vec<&str> = decision
+            .notices
+            .iter()
+            .filter(|n| n.regarding.name.as_deref() == Some(registry.id.name.as_str()))
+            .filter(|n| n.regarding.namespace.as_deref() == Some(registry.id.namespace.as_str()))
+            .map(|n| n.message.as_str())
+            .collect();
+        let verdict = if winner.as_ref() == Some(&registry.id) || said.iter().any(|m| m.starts_with("published")) {
+            "published".to_string()
+        } else {
+            said.join("; ")
+        };
+        println!("  {} ({state}): {verdict}", registry.id);
+        if let Some((reason, note)) = last_event(&client, &registry.id).await {
+            println!("    the controller's last Event on it: {reason}: {note}");
+        }
+    }
+    let stale = match (&decision.action, &existing) {
+        (_, Some(existing)) if !existing.owned => {
+            let writer = existing.writer.as_deref().unwrap_or("another tool");
+            println!("  the ConfigMap was written by {writer}; the controller changes it only with --take-over");
+            false
+        }
+        (Action::Keep, _) => {
+            println!("  the ConfigMap is current: it holds what the controller would publish now");
+            false
+        }
+        (Action::Apply { document, .. }, _) => {
+            println!("  the ConfigMap is STALE: the controller would publish {document}");
+            true
+        }
+        (_, _) => {
+            println!("  the ConfigMap is STALE: the controller would withdraw it");
+            true
+        }
+    };
+    wrong |= stale;
+    controllers(&client).await;
+
+    if let Some(from_cluster) = from_cluster {
+        println!("\n== From a pod");
+        match document.host_from_cluster_network.as_ref().or(document.host.as_ref()) {
+            Some(address) => wrong |= !probe_from_pod(&client, &from_cluster, address).await,
+            None => println!("  nothing to probe: neither hostFromClusterNetwork nor host is published"),
+        }
+    }
+    if document.is_empty() {
+        ExitCode::from(EXIT_NONE)
+    } else if wrong {
+        ExitCode::from(EXIT_READER_REJECTS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The newest Event a running controller recorded on a registry Service: proof that one is at work, and what it said.
+async fn last_event(client: &Client, id: &registry::ServiceId) -> Option<(String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &id.namespace);
+    let list = events.list(&ListParams::default()).await.ok()?;
+    list.items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some(crate::plan::MANAGER))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()))
+        .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+}
+
+/// Controller pods (the chart's label), and who holds their Leases.
+async fn controllers(client: &Client) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let selector = ListParams::default().labels("app.kubernetes.io/name=local-registry-publisher");
+    let Ok(list) = pods.list(&selector).await else {
+        println!("  controller pods: cannot list pods with this identity");
+        return;
+    };
+    if list.items.is_empty() {
+        println!("  controller pods: none found with label app.kubernetes.io/name=local-registry-publisher");
+    }
+    for pod in &list.items {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+        println!("  controller pod {}/{}: {phase}", pod.namespace().unwrap_or_default(), pod.name_any());
+    }
+    let namespaces: std::collections::BTreeSet<String> = list.items.iter().filter_map(|p| p.namespace()).collect();
+    for namespace in namespaces {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+        for lease in leases.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+            if lease.name_any().contains("local-registry-publisher") {
+                let holder =
+                    lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_else(|| "nobody".into());
+                println!("  leader Lease {namespace}/{}: held by {holder}", lease.name_any());
+            }
+        }
+    }
+}
+
+/// Runs `local-registry-publisher probe <address>` in a short-lived pod and prints its answer.
+async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> bool {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &from.namespace);
+    let name = format!("registry-doctor-{:x}", Instant::now().elapsed().as_nanos() as u32 ^ std::process::id());
+    let pod: Pod = match serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "registry-doctor"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "probe", "image": from.image, "args": ["probe", address],
+                "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]}}}]
+        }
+    })) {
+        Ok(pod) => pod,
+        Err(error) => {
+            println!("  cannot build the probe pod: {error}");
+            return false;
+        }
+    };
+    if let Err(error) = pods.create(&PostParams::default(), &pod).await {
+        println!("  cannot start a probe pod in {}: {error}", from.namespace);
+        return false;
+    }
+    println!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
+    let deadline = Instant::now() + CLUSTER_TIMEOUT;
+    let mut phase = String::new();
+    while Instant::now() < deadline {
+        phase = pods.get_opt(&name).await.ok().flatten().and_then(|p| p.status?.phase).unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
+    let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
+    match phase.as_str() {
+        "Succeeded" | "Failed" => {
+            println!("  {}", logs.trim());
+            phase == "Succeeded"
+        }
+        other => {
+            println!("  the probe pod did not finish within {CLUSTER_TIMEOUT:?} (phase {other:?}); it was removed");
+            false
+        }
+    }
+}
