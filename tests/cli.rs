@@ -144,6 +144,9 @@ async fn render_prints_what_would_be_published_and_the_api_server_accepts_it() {
     let applied = kubectl.wait_with_output().unwrap();
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
 
+    for invalid in [&["render"][..], &["get", "-o", "xml"][..], &["doctor", "--probe-namespace", "Bad_Name"][..]] {
+        assert_eq!(run(invalid, None).status.code(), Some(2), "{invalid:?}: invalid flags");
+    }
     let none = run(&["render", "-f", "-"], Some("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"));
     assert_eq!(none.status.code(), Some(3));
     let ambiguous = "apiVersion: v1\nkind: Service\nmetadata: {name: r, namespace: reg, labels: \
