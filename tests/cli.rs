@@ -239,6 +239,8 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let host = format!("127.0.0.1:{}", registry.port);
     s.apply(registry_at(&host)).await;
     s.wait_host(&host).await;
+    // The Event follows the write; doctor reports the last one.
+    s.wait_event("zot", "Published").await;
 
     let (code, text) = doctor(&s);
     eprintln!("{text}");
