@@ -120,8 +120,11 @@ pub async fn doctor(client: Client, publish: &PublishArgs, from_cluster: Option<
             false
         }
         (Action::Keep, _) => {
-            println!("  the ConfigMap is current: it holds what the controller would publish now");
-            false
+            match &decision.held_back {
+                Some(why) => println!("  the ConfigMap is kept as it is: {why}"),
+                None => println!("  the ConfigMap is current: it holds what the controller would publish now"),
+            }
+            decision.held_back.is_some()
         }
         (Action::Apply { document, .. }, _) => {
             println!("  the ConfigMap is STALE: the controller would publish {document}");
