@@ -43,19 +43,13 @@ pub async fn run(args: Args) -> ExitCode {
                 .then(|| crate::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
             return match client(&args).await {
                 Ok(client) => crate::doctor::doctor(client, &args.publish, from).await,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    ExitCode::from(crate::cli::EXIT_UNREACHABLE)
-                }
+                Err(error) => unreachable_cluster(&error),
             };
         }
         Some(Command::Get { output }) => {
             return match client(&args).await {
                 Ok(client) => crate::cli::get(client, &args.publish, *output).await,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    ExitCode::from(crate::cli::EXIT_UNREACHABLE)
-                }
+                Err(error) => unreachable_cluster(&error),
             };
         }
         None => {}
@@ -116,6 +110,12 @@ pub async fn run(args: Args) -> ExitCode {
     }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
     ExitCode::SUCCESS
+}
+
+/// The commands for registry users exit 5 when they cannot even build a client.
+fn unreachable_cluster(error: &Error) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(crate::cli::EXIT_UNREACHABLE)
 }
 
 /// `--withdraw`: see [`crate::withdraw`].
