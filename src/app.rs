@@ -13,9 +13,12 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{Args, Command, LogFormat, OperationArgs};
 use crate::controller::{Context, Publisher};
-use crate::http::{self, Health};
+use crate::health::Health;
+use crate::http;
 use crate::leader::{Elector, LeaseSettings};
 use crate::metrics::Metrics;
+use crate::pod;
+use crate::settings::Settings;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -31,8 +34,9 @@ pub enum Error {
 
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
+    let settings = args.publish.settings();
     match &args.command {
-        Some(Command::Render { filename }) => return crate::cli::render(filename, &args.publish),
+        Some(Command::Render { filename }) => return crate::cli::render(filename, &settings),
         Some(Command::Probe { address }) => {
             let result = crate::probe::probe(address).await;
             println!("{address}: {}", result.summary);
@@ -42,13 +46,13 @@ pub async fn run(args: Args) -> ExitCode {
             let from = from_cluster
                 .then(|| crate::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
             return match client(&args).await {
-                Ok(client) => crate::doctor::doctor(client, &args.publish, from).await,
+                Ok(client) => crate::doctor::doctor(client, &settings, from).await,
                 Err(error) => unreachable_cluster(&error),
             };
         }
         Some(Command::Get { output }) => {
             return match client(&args).await {
-                Ok(client) => crate::cli::get(client, &args.publish, *output).await,
+                Ok(client) => crate::cli::get(client, &settings, *output).await,
                 Err(error) => unreachable_cluster(&error),
             };
         }
@@ -70,7 +74,7 @@ pub async fn run(args: Args) -> ExitCode {
     };
 
     if args.withdraw {
-        return withdraw(client, &args).await;
+        return withdraw(client, &settings, args.stop_deployment.as_deref()).await;
     }
 
     let (stop, stopping) = watch::channel(false);
@@ -96,7 +100,7 @@ pub async fn run(args: Args) -> ExitCode {
     } else {
         (None, None)
     };
-    let publisher = Publisher::new(client, args.publish, Context::new(metrics, health, leading));
+    let publisher = Publisher::new(client, settings, Context::new(metrics, health, leading));
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
@@ -118,11 +122,11 @@ fn unreachable_cluster(error: &Error) -> ExitCode {
     ExitCode::from(crate::cli::EXIT_UNREACHABLE)
 }
 
-/// `--withdraw`: see [`crate::withdraw`].
-async fn withdraw(client: Client, args: &Args) -> ExitCode {
-    let namespace = pod_namespace();
-    let stop = args.stop_deployment.as_deref().map(|name| (namespace.as_str(), name));
-    match crate::withdraw::withdraw(client, &args.publish, stop).await {
+/// `withdraw`: see [`crate::controller::withdraw`].
+async fn withdraw(client: Client, settings: &Settings, stop_deployment: Option<&str>) -> ExitCode {
+    let namespace = pod::namespace();
+    let stop = stop_deployment.map(|name| (namespace.as_str(), name));
+    match crate::controller::withdraw(client, settings, stop).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             error!("{error}");
@@ -131,28 +135,11 @@ async fn withdraw(client: Client, args: &Args) -> ExitCode {
     }
 }
 
-/// The namespace this process runs in: POD_NAMESPACE, else the in-cluster service account's, else `default`.
-fn pod_namespace() -> String {
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
-        .map(|ns| ns.trim().to_string())
-        .unwrap_or_else(|| "default".into())
-}
-
 fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
-    let namespace = operation.leader_elect_namespace.clone().unwrap_or_else(pod_namespace);
+    let namespace = operation.leader_elect_namespace.clone().unwrap_or_else(pod::namespace);
     // Unique by default, as client-go's <hostname>_<uuid>: a restarted container keeps its pod name.
-    let identity = operation.leader_elect_identity.clone().unwrap_or_else(|| {
-        let base = std::env::var("POD_NAME").ok().unwrap_or_else(|| {
-            std::env::var("HOSTNAME")
-                .ok()
-                .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|| "local-registry-publisher".into())
-        });
-        format!("{base}_{}", random_suffix())
-    });
+    let identity =
+        operation.leader_elect_identity.clone().unwrap_or_else(|| format!("{}_{}", pod::name(), random_suffix()));
     LeaseSettings {
         namespace,
         name: operation.leader_elect_lease_name.clone(),

@@ -10,18 +10,19 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Client;
 use kube::api::Api;
 use serde::Serialize;
 
-use crate::config::{OutputFormat, PublishArgs, selector_matches};
+use crate::config::{OutputFormat, selector_matches};
 use crate::hosting::DATA_KEY;
 use crate::plan::{self, Action, Existing, Readiness};
 use crate::readers::{self, Verdict};
 use crate::registry::{self, Cluster, MICROK8S, MINIKUBE};
+use crate::settings::Settings;
 
 pub const EXIT_NONE: u8 = 3;
 pub const EXIT_READER_REJECTS: u8 = 4;
@@ -40,10 +41,10 @@ struct Report {
 }
 
 /// `get`: reads the published ConfigMap and says what each reader will use.
-pub async fn get(client: Client, publish: &PublishArgs, output: OutputFormat) -> ExitCode {
-    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
-    let api: Api<ConfigMap> = Api::namespaced(client, &publish.configmap_namespace);
-    let configmap = match api.get_opt(&publish.configmap_name).await {
+pub async fn get(client: Client, settings: &Settings, output: OutputFormat) -> ExitCode {
+    let target = settings.target();
+    let api: Api<ConfigMap> = Api::namespaced(client, &settings.configmap_namespace);
+    let configmap = match api.get_opt(&settings.configmap_name).await {
         Ok(configmap) => configmap,
         Err(error) => {
             eprintln!("error: cannot read ConfigMap {target}: {error}");
@@ -100,7 +101,7 @@ fn print_report(report: &Report, output: OutputFormat) {
 /// `render`: the ConfigMap the controller would publish for the Services in `input` (YAML, several documents
 /// allowed, other kinds ignored), offline: every Service counts as ready and every namespace as allowed, since
 /// there is no cluster to ask.
-pub fn render(input: &str, publish: &PublishArgs) -> ExitCode {
+pub fn render(input: &str, settings: &Settings) -> ExitCode {
     let text = match read_input(input) {
         Ok(text) => text,
         Err(error) => {
@@ -124,13 +125,13 @@ pub fn render(input: &str, publish: &PublishArgs) -> ExitCode {
         let labels = service.metadata.labels.clone().unwrap_or_default();
         let id = registry::service_id(&service);
         let builtin = [MINIKUBE, MICROK8S].contains(&(id.namespace.as_str(), id.name.as_str()));
-        if selector_matches(&publish.registry_selector, &labels) {
+        if selector_matches(&settings.registry_selector, &labels) {
             cluster.labelled_services.push(Arc::new(service));
-        } else if builtin && !publish.no_builtin_registries {
+        } else if builtin && settings.builtin_registries {
             cluster.builtin_services.push(Arc::new(service));
         }
     }
-    let mut registries = registry::registries(&cluster, publish);
+    let mut registries = registry::registries(&cluster, settings);
     for registry in &mut registries {
         registry.ready = true;
         registry.trusted = true;
@@ -143,10 +144,10 @@ pub fn render(input: &str, publish: &PublishArgs) -> ExitCode {
     let now = Instant::now();
     let mut readiness = Readiness::default();
     readiness.observe(&registries, now);
-    let decision = plan::decide(&registries, None, &readiness, now, publish);
+    let decision = plan::decide(&registries, None, &readiness, now, settings);
     match decision.action {
         Action::Apply { document, source } => {
-            let configmap = plan::desired_configmap(Some(&document), publish);
+            let configmap = plan::desired_configmap(Some(&document), settings);
             if let Some(source) = source {
                 eprintln!("# from registry {source}");
             }
@@ -157,7 +158,7 @@ pub fn render(input: &str, publish: &PublishArgs) -> ExitCode {
         }
         _ if registries.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
         _ => {
-            eprintln!("no registry Service in {input} matches {:?}", publish.registry_selector);
+            eprintln!("no registry Service in {input} matches {:?}", settings.registry_selector);
             ExitCode::from(EXIT_NONE)
         }
     }

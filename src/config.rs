@@ -6,12 +6,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::hosting;
-
-pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
-/// The namespace label that lets a namespace name the cluster's registry. Setting labels on a namespace is a
-/// cluster-admin right: the built-in `admin` and `edit` roles do not grant it.
-pub const ALLOWED_NAMESPACE_LABEL: &str = "local-registry-publisher.io/registries";
-pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
+use crate::settings::Settings;
+pub use crate::settings::{DEFAULT_SELECTOR, NodeAddress};
 
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -111,7 +107,7 @@ pub enum OutputFormat {
     Yaml,
 }
 
-/// What to publish and where: everything the pure decision logic needs.
+/// What to publish and where: the flags behind [`Settings`].
 #[derive(Clone, Debug, clap::Args)]
 pub struct PublishArgs {
     /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
@@ -210,27 +206,22 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeAddress {
-    Localhost,
-    InternalIp,
-    Literal(String),
-}
-
 impl PublishArgs {
-    /// Whether the watches span every namespace.
-    pub fn all_namespaces(&self) -> bool {
-        self.watch_namespaces.is_empty()
-    }
-
-    pub fn watches_namespace(&self, namespace: &str) -> bool {
-        self.all_namespaces() || self.watch_namespaces.iter().any(|n| n == namespace)
-    }
-}
-
-impl Default for PublishArgs {
-    fn default() -> Self {
-        Args::parse_from(["local-registry-publisher"]).publish
+    /// The core's settings from the (already validated) flags.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            registry_selector: self.registry_selector.clone(),
+            builtin_registries: !self.no_builtin_registries,
+            watch_namespaces: self.watch_namespaces.clone(),
+            registry_namespaces: self.registry_namespaces.clone(),
+            configmap_namespace: self.configmap_namespace.clone(),
+            configmap_name: self.configmap_name.clone(),
+            cluster_domain: self.cluster_domain.clone(),
+            node_address: self.node_address.clone(),
+            help_url: self.help_url.clone(),
+            grace_period: self.grace_period,
+            take_over: self.take_over,
+        }
     }
 }
 
@@ -411,14 +402,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_publish_to_kube_public() {
-        let args = parse(&[]).unwrap().publish;
-        assert_eq!(args.configmap_namespace, "kube-public");
-        assert_eq!(args.configmap_name, "local-registry-hosting");
-        assert_eq!(args.registry_selector, DEFAULT_SELECTOR);
-        assert_eq!(args.node_address, NodeAddress::Localhost);
-        assert_eq!(args.grace_period, Duration::from_secs(15));
-        assert!(args.all_namespaces() && !args.take_over && !args.no_builtin_registries);
+    fn flag_defaults_are_the_settings_defaults() {
+        let settings = parse(&[]).unwrap().publish.settings();
+        assert_eq!(settings, Settings::default());
+        assert_eq!(settings.target(), "kube-public/local-registry-hosting");
+        assert_eq!(settings.registry_selector, DEFAULT_SELECTOR);
+        assert_eq!(settings.grace_period, Duration::from_secs(15));
+        assert!(settings.all_namespaces() && !settings.take_over && settings.builtin_registries);
     }
 
     #[test]
@@ -431,7 +421,8 @@ mod tests {
             "--help-url=https://kind.sigs.k8s.io/docs/user/local-registry/",
         ])
         .unwrap()
-        .publish;
+        .publish
+        .settings();
         assert_eq!(args.node_address, NodeAddress::InternalIp);
         assert_eq!(args.watch_namespaces, ["a", "b"]);
         assert_eq!(args.grace_period, Duration::from_secs(90));

@@ -7,7 +7,9 @@
 //! 5 the cluster could not be read.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -15,9 +17,9 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use crate::cli::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
-use crate::config::PublishArgs;
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::plan::{self, Action, Readiness};
+use crate::settings::Settings;
 use crate::{probe, readers, registry};
 
 /// How long the cluster snapshot and the probe pod may take.
@@ -29,10 +31,10 @@ pub struct FromCluster {
     pub namespace: String,
 }
 
-pub async fn doctor(client: Client, publish: &PublishArgs, from_cluster: Option<FromCluster>) -> ExitCode {
-    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &publish.configmap_namespace);
-    let configmap = match configmaps.get_opt(&publish.configmap_name).await {
+pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
+    let target = settings.target();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &settings.configmap_namespace);
+    let configmap = match configmaps.get_opt(&settings.configmap_name).await {
         Ok(configmap) => configmap,
         Err(error) => {
             eprintln!("error: cannot read ConfigMap {target}: {error}");
@@ -71,18 +73,18 @@ pub async fn doctor(client: Client, publish: &PublishArgs, from_cluster: Option<
     println!("\n== From the cluster (what the controller sees and decides)");
     println!("  reading the registries, their endpoints and the ConfigMap...");
     let Ok((cluster, existing)) =
-        tokio::time::timeout(CLUSTER_TIMEOUT, crate::controller::snapshot(&client, publish)).await
+        tokio::time::timeout(CLUSTER_TIMEOUT, crate::controller::snapshot(&client, settings)).await
     else {
         eprintln!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
         return ExitCode::from(EXIT_UNREACHABLE);
     };
-    let registries = registry::registries(&cluster, publish);
+    let registries = registry::registries(&cluster, settings);
     let now = Instant::now();
     let mut readiness = Readiness::default();
     readiness.observe(&registries, now);
-    let decision = plan::decide(&registries, existing.as_ref(), &readiness, now, publish);
+    let decision = plan::decide(&registries, existing.as_ref(), &readiness, now, settings);
     if registries.is_empty() {
-        println!("  no registry: no Service matches {:?} in an allowed namespace", publish.registry_selector);
+        println!("  no registry: no Service matches {:?} in an allowed namespace", settings.registry_selector);
     }
     let winner = match &decision.action {
         Action::Apply { source, .. } => source.clone(),

@@ -27,7 +27,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use crate::http::Health;
+use crate::backoff;
+use crate::health::Health;
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -114,7 +115,8 @@ impl Elector {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         futures::pin_mut!(shutdown);
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.settings.name));
-        let changes = watcher(self.api.clone(), config).default_backoff().touched_objects();
+        let changes =
+            watcher(self.api.clone(), config).backoff(backoff::exponential(backoff::WATCH_CAP)).touched_objects();
         futures::pin_mut!(changes);
         let mut observed: Option<Observed> = None;
         let mut last_renewal: Option<Instant> = None;

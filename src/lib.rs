@@ -12,17 +12,20 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod doctor;
+pub mod health;
 pub mod hosting;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod plan;
+pub mod pod;
 pub mod probe;
 pub mod readers;
 pub mod registry;
-pub mod withdraw;
+pub mod settings;

@@ -2,14 +2,16 @@
 //! look again. Pure: no I/O, time passed in.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::ResourceExt;
 
-use crate::config::PublishArgs;
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::registry::{Registry, ServiceId};
+use crate::settings::Settings;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "local-registry-publisher";
@@ -23,6 +25,8 @@ pub struct Existing {
     pub writer: Option<String>,
     /// The `localRegistryHosting.v1` text.
     pub text: Option<String>,
+    /// That text parsed, once; `None` when absent or unparsable.
+    pub document: Option<LocalRegistryHostingV1>,
     /// Holds keys besides ours (a future `localRegistryHosting.v2`, another tool's): withdrawing removes only ours.
     pub shared: bool,
     pub uid: Option<String>,
@@ -33,19 +37,17 @@ impl Existing {
     pub fn from_configmap(configmap: &ConfigMap) -> Self {
         let managed_by = configmap.labels().get(MANAGED_BY_LABEL).cloned();
         let first_manager = configmap.managed_fields().iter().find_map(|f| f.manager.clone());
+        let text = configmap.data.as_ref().and_then(|d| d.get(DATA_KEY)).cloned();
         Self {
             owned: managed_by.as_deref() == Some(MANAGER),
             writer: managed_by.or(first_manager),
-            text: configmap.data.as_ref().and_then(|d| d.get(DATA_KEY)).cloned(),
+            document: text.as_deref().and_then(|t| LocalRegistryHostingV1::parse(t).ok()),
+            text,
             shared: configmap.data.iter().flatten().any(|(key, _)| key != DATA_KEY)
                 || configmap.binary_data.as_ref().is_some_and(|b| !b.is_empty()),
             uid: configmap.metadata.uid.clone(),
             resource_version: configmap.metadata.resource_version.clone(),
         }
-    }
-
-    fn document(&self) -> Option<LocalRegistryHostingV1> {
-        self.text.as_deref().and_then(|t| LocalRegistryHostingV1::parse(t).ok())
     }
 }
 
@@ -107,16 +109,16 @@ pub fn decide(
     existing: Option<&Existing>,
     readiness: &Readiness,
     now: Instant,
-    settings: &PublishArgs,
+    settings: &Settings,
 ) -> Decision {
-    let published = existing.and_then(Existing::document);
+    let published = existing.and_then(|e| e.document.as_ref());
     // A registry from a namespace that may not name the cluster's registry takes no part; it is only told why.
     let (trusted, untrusted): (Vec<&Registry>, Vec<&Registry>) = registries.iter().partition(|r| r.trusted);
     let registries = trusted;
     let grace = |r: &Registry| readiness.grace_left(&r.id, now, settings.grace_period);
     // An unready registry keeps its place only while its grace lasts, and only if it is what readers see now:
     // a registry that was never ready here is not published on credit.
-    let eligible = |r: &Registry| r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published.as_ref());
+    let eligible = |r: &Registry| r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published);
     let winner = registries.iter().copied().find(|r| eligible(r));
     let recheck_after = registries.iter().copied().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
 
@@ -145,7 +147,7 @@ pub fn decide(
         Some(Registry { document: Ok(document), id, .. }) => Some(Some((document.clone(), Some(id.clone())))),
         None => Some(help_only(&registries, settings).map(|d| (d, None))),
     };
-    let target = format!("{}/{}", settings.configmap_namespace, settings.configmap_name);
+    let target = settings.target();
     let (action, held_back) = match (desired, existing) {
         // The winner is misconfigured: the last good document stays.
         (None, _) => {
@@ -154,7 +156,7 @@ pub fn decide(
         (Some(None), None) => (Action::Keep, None),
         (Some(Some((document, source))), None) => (Action::Apply { document, source }, None),
         (Some(desired), Some(existing)) if !existing.owned && !settings.take_over => {
-            let differs = desired.as_ref().map(|(d, _)| d) != published.as_ref();
+            let differs = desired.as_ref().map(|(d, _)| d) != published;
             let why = format!(
                 "{target} was written by {} and is not changed without --take-over",
                 existing.writer.as_deref().unwrap_or("another tool")
@@ -173,7 +175,7 @@ pub fn decide(
     if let Some(Registry { document: Ok(document), .. }) = winner {
         let readers_see_it = match &action {
             Action::Apply { source, .. } => source.is_some(),
-            _ => published.as_ref() == Some(document),
+            _ => published == Some(document),
         };
         if let (true, Some(winner)) = (readers_see_it, winner) {
             notices.push(normal(winner, "Published", format!("published to {target}: {document}")));
@@ -193,14 +195,14 @@ pub fn withdrawal(existing: &Existing) -> Action {
 }
 
 /// The help-only document for when no registry is usable: the configured URL, else the best registry's own.
-fn help_only(registries: &[&Registry], settings: &PublishArgs) -> Option<LocalRegistryHostingV1> {
+fn help_only(registries: &[&Registry], settings: &Settings) -> Option<LocalRegistryHostingV1> {
     let annotated = registries.iter().find_map(|r| r.document.as_ref().ok()?.help.clone());
     settings.help_url.clone().or(annotated).map(LocalRegistryHostingV1::help_only)
 }
 
 /// The ConfigMap to server-side apply for `document`; with none, an apply that gives up our key (server-side apply
 /// removes a field its only manager no longer sets) and keeps our label.
-pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &PublishArgs) -> ConfigMap {
+pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &Settings) -> ConfigMap {
     let mut configmap = ConfigMap::default();
     configmap.metadata.name = Some(settings.configmap_name.clone());
     configmap.metadata.namespace = Some(settings.configmap_namespace.clone());
@@ -209,8 +211,17 @@ pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &P
     configmap
 }
 
+/// The ConfigMap to server-side apply to give up everything we claimed, key and label, for good (uninstall); the
+/// fields other managers own stay.
+pub fn released_configmap(settings: &Settings) -> ConfigMap {
+    let mut configmap = ConfigMap::default();
+    configmap.metadata.name = Some(settings.configmap_name.clone());
+    configmap.metadata.namespace = Some(settings.configmap_namespace.clone());
+    configmap
+}
+
 /// The published ConfigMap as an Event's subject, for what concerns no registry.
-pub fn configmap_reference(settings: &PublishArgs, existing: Option<&Existing>) -> ObjectReference {
+pub fn configmap_reference(settings: &Settings, existing: Option<&Existing>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("ConfigMap".into()),
@@ -264,6 +275,7 @@ mod tests {
             owned,
             writer: Some(if owned { MANAGER } else { "ctlptl" }.into()),
             text: document.map(LocalRegistryHostingV1::render),
+            document: document.cloned(),
             shared: false,
             uid: Some("uid-1".into()),
             resource_version: Some("7".into()),
@@ -274,7 +286,7 @@ mod tests {
         r.document.clone().expect("a valid fixture")
     }
 
-    fn decide_now(registries: &[Registry], current: Option<&Existing>, settings: &PublishArgs) -> Decision {
+    fn decide_now(registries: &[Registry], current: Option<&Existing>, settings: &Settings) -> Decision {
         let now = Instant::now();
         let mut readiness = Readiness::default();
         readiness.observe(registries, now);
@@ -288,7 +300,7 @@ mod tests {
     #[test]
     fn publishes_the_ready_registry_and_says_so() {
         let zot = registry("zot", 0, true);
-        let decision = decide_now(std::slice::from_ref(&zot), None, &PublishArgs::default());
+        let decision = decide_now(std::slice::from_ref(&zot), None, &Settings::default());
         assert_eq!(decision.action, Action::Apply { document: doc(&zot), source: Some(zot.id.clone()) });
         assert_eq!(reasons(&decision), [("zot", "Published")]);
     }
@@ -297,7 +309,7 @@ mod tests {
     fn writes_nothing_when_the_published_document_is_current() {
         let zot = registry("zot", 0, true);
         let current = existing(true, Some(&doc(&zot)));
-        let decision = decide_now(std::slice::from_ref(&zot), Some(&current), &PublishArgs::default());
+        let decision = decide_now(std::slice::from_ref(&zot), Some(&current), &Settings::default());
         assert_eq!(decision.action, Action::Keep);
         assert_eq!(reasons(&decision), [("zot", "Published")], "the state is still worth stating once");
     }
@@ -308,7 +320,7 @@ mod tests {
         let mut edited = doc(&zot);
         edited.host = Some("localhost:1".into());
         let decision =
-            decide_now(std::slice::from_ref(&zot), Some(&existing(true, Some(&edited))), &PublishArgs::default());
+            decide_now(std::slice::from_ref(&zot), Some(&existing(true, Some(&edited))), &Settings::default());
         assert!(matches!(decision.action, Action::Apply { .. }));
     }
 
@@ -319,16 +331,16 @@ mod tests {
             false,
             Some(&LocalRegistryHostingV1 { host: Some("localhost:5001".into()), ..Default::default() }),
         );
-        let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &PublishArgs::default());
+        let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &Settings::default());
         assert_eq!(decision.action, Action::Keep);
         assert!(reasons(&decision).contains(&("zot", "ForeignConfigMap")));
         assert!(decision.held_back.as_deref().is_some_and(|why| why.contains("ctlptl") && why.contains("--take-over")));
 
         let agreeing = existing(false, Some(&doc(&zot)));
-        let quiet = decide_now(std::slice::from_ref(&zot), Some(&agreeing), &PublishArgs::default());
+        let quiet = decide_now(std::slice::from_ref(&zot), Some(&agreeing), &Settings::default());
         assert_eq!((quiet.action, quiet.held_back), (Action::Keep, None), "nothing to complain about");
 
-        let take_over = PublishArgs { take_over: true, ..PublishArgs::default() };
+        let take_over = Settings { take_over: true, ..Settings::default() };
         let decision = decide_now(std::slice::from_ref(&zot), Some(&foreign), &take_over);
         assert!(matches!(decision.action, Action::Apply { .. }));
         let gone = decide_now(&[], Some(&foreign), &take_over);
@@ -337,7 +349,7 @@ mod tests {
 
     #[test]
     fn an_unready_published_registry_stays_for_the_grace_period_then_gives_way_to_help() {
-        let settings = PublishArgs { help_url: Some(HELP.into()), ..PublishArgs::default() };
+        let settings = Settings { help_url: Some(HELP.into()), ..Settings::default() };
         let zot = registry("zot", 0, false);
         let current = existing(true, Some(&doc(&zot)));
         let start = Instant::now();
@@ -362,27 +374,27 @@ mod tests {
     fn without_a_help_url_a_withdrawn_registry_means_deleting_what_we_wrote() {
         let zot = registry("zot", 0, true);
         let current = existing(true, Some(&doc(&zot)));
-        assert_eq!(decide_now(&[], Some(&current), &PublishArgs::default()).action, Action::Delete);
-        assert_eq!(decide_now(&[], None, &PublishArgs::default()).action, Action::Keep);
+        assert_eq!(decide_now(&[], Some(&current), &Settings::default()).action, Action::Delete);
+        assert_eq!(decide_now(&[], None, &Settings::default()).action, Action::Keep);
     }
 
     #[test]
     fn withdrawing_from_a_shared_configmap_removes_only_our_key() {
         let zot = registry("zot", 0, true);
         let shared = Existing { shared: true, ..existing(true, Some(&doc(&zot))) };
-        assert_eq!(decide_now(&[], Some(&shared), &PublishArgs::default()).action, Action::RemoveKey);
+        assert_eq!(decide_now(&[], Some(&shared), &Settings::default()).action, Action::RemoveKey);
         // Once our key is gone there is nothing more to withdraw, and the others' keys are not ours to delete.
-        let removed = Existing { text: None, ..shared.clone() };
-        assert_eq!(decide_now(&[], Some(&removed), &PublishArgs::default()).action, Action::Keep);
+        let removed = Existing { text: None, document: None, ..shared.clone() };
+        assert_eq!(decide_now(&[], Some(&removed), &Settings::default()).action, Action::Keep);
         let foreign = Existing { shared: true, ..existing(false, Some(&doc(&zot))) };
-        assert_eq!(decide_now(&[], Some(&foreign), &PublishArgs::default()).action, Action::Keep);
-        let ours_only = desired_configmap(None, &PublishArgs::default());
+        assert_eq!(decide_now(&[], Some(&foreign), &Settings::default()).action, Action::Keep);
+        let ours_only = desired_configmap(None, &Settings::default());
         assert!(ours_only.data.is_none() && ours_only.labels().contains_key(MANAGED_BY_LABEL));
     }
 
     #[test]
     fn other_keys_and_binary_data_make_a_configmap_shared() {
-        let mut configmap = desired_configmap(Some(&doc(&registry("zot", 0, true))), &PublishArgs::default());
+        let mut configmap = desired_configmap(Some(&doc(&registry("zot", 0, true))), &Settings::default());
         assert!(!Existing::from_configmap(&configmap).shared);
         configmap.data.get_or_insert_default().insert("localRegistryHosting.v2".into(), "{}".into());
         assert!(Existing::from_configmap(&configmap).shared);
@@ -395,7 +407,7 @@ mod tests {
     fn a_registry_never_seen_ready_is_not_published_on_credit() {
         let fresh = registry("fresh", 10, false);
         let steady = registry("steady", 0, true);
-        let decision = decide_now(&[fresh.clone(), steady.clone()], None, &PublishArgs::default());
+        let decision = decide_now(&[fresh.clone(), steady.clone()], None, &Settings::default());
         assert_eq!(decision.action, Action::Apply { document: doc(&steady), source: Some(steady.id.clone()) });
         assert!(reasons(&decision).contains(&("fresh", "NotPublished")));
     }
@@ -406,7 +418,7 @@ mod tests {
         let mut hijack = Registry { priority: i32::MAX, ..registry("hijack", 9, true) };
         hijack.trusted = false;
         hijack.document.as_mut().unwrap().help = Some("https://evil.example/help".into());
-        let settings = PublishArgs { help_url: None, ..PublishArgs::default() };
+        let settings = Settings { help_url: None, ..Settings::default() };
         let decision = decide_now(&[hijack.clone(), real.clone()], None, &settings);
         assert_eq!(decision.action, Action::Apply { document: doc(&real), source: Some(real.id.clone()) });
         let told = decision.notices.iter().find(|n| n.reason == "NamespaceNotAllowed").expect("a notice");
@@ -425,7 +437,7 @@ mod tests {
     #[test]
     fn losers_are_told_who_won() {
         let (high, low) = (registry("high", 5, true), registry("low", 0, true));
-        let decision = decide_now(&[high.clone(), low], None, &PublishArgs::default());
+        let decision = decide_now(&[high.clone(), low], None, &Settings::default());
         let loser = decision.notices.iter().find(|n| n.reason == "NotPublished").expect("a notice for the loser");
         assert!(loser.message.contains("reg/high") && loser.message.contains("priority 5 vs 0"), "{}", loser.message);
     }
@@ -434,7 +446,7 @@ mod tests {
     fn a_misconfigured_winner_keeps_the_last_good_document() {
         let zot = registry("zot", 0, true);
         let current = existing(true, Some(&doc(&zot)));
-        let decision = decide_now(&[broken("zot")], Some(&current), &PublishArgs::default());
+        let decision = decide_now(&[broken("zot")], Some(&current), &Settings::default());
         assert_eq!(decision.action, Action::Keep);
         assert_eq!(reasons(&decision), [("zot", "AmbiguousPort")]);
         assert!(decision.held_back.is_some());
@@ -442,7 +454,7 @@ mod tests {
 
     #[test]
     fn the_desired_configmap_carries_one_key_and_our_label() {
-        let settings = PublishArgs::default();
+        let settings = Settings::default();
         let configmap = desired_configmap(Some(&doc(&registry("zot", 0, true))), &settings);
         assert_eq!(configmap.metadata.namespace.as_deref(), Some("kube-public"));
         assert_eq!(configmap.metadata.name.as_deref(), Some("local-registry-hosting"));

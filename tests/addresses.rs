@@ -6,8 +6,8 @@ mod support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use local_registry_publisher::config::NodeAddress;
 use local_registry_publisher::hosting::DATA_KEY;
+use local_registry_publisher::settings::NodeAddress;
 use serde_json::json;
 use support::*;
 

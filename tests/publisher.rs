@@ -59,7 +59,7 @@ async fn the_registry_selector_is_configurable() {
 async fn minikube_registry_addon_is_recognised_without_a_label() {
     let mut s = Scenario::new("minikube").await;
     s.settings.watch_namespaces = vec!["kube-system".into()];
-    s.settings.no_builtin_registries = false;
+    s.settings.builtin_registries = true;
     let system = "kube-system";
     apply_in(&s.client, system, deployment("registry", 1, json!({}), json!([{"containerPort": 5000}]))).await;
     let spec = json!({"selector": {"app": "registry"},
@@ -85,7 +85,7 @@ async fn minikube_registry_addon_is_recognised_without_a_label() {
     run.stop().await;
 
     // One flag turns recognition off; what we published is withdrawn.
-    s.settings.no_builtin_registries = true;
+    s.settings.builtin_registries = false;
     let run = s.start();
     s.wait_published("withdrawal with built-in recognition off", Option::is_none).await;
     run.stop().await;
@@ -107,7 +107,7 @@ async fn microk8s_registry_addon_is_recognised_without_a_label() {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(s.client.clone());
     namespaces.create(&Default::default(), &serde_json::from_value(namespace).unwrap()).await.expect("namespace");
     s.settings.watch_namespaces = vec!["container-registry".into()];
-    s.settings.no_builtin_registries = false;
+    s.settings.builtin_registries = true;
     let spec = json!({"type": "NodePort", "ports": [{"name": "registry", "port": 5000, "nodePort": 32000}]});
     apply_in(&s.client, "container-registry", service("registry", json!({}), json!({}), spec)).await;
 
@@ -198,7 +198,7 @@ async fn a_host_port_on_the_registry_pods_is_reached_at_the_node_address() {
     assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 80)));
     run.stop().await;
 
-    s.settings.node_address = local_registry_publisher::config::NodeAddress::InternalIp;
+    s.settings.node_address = local_registry_publisher::settings::NodeAddress::InternalIp;
     let _run = s.start();
     let published = s.wait_host(&format!("{}:5001", testbed::NODE_IP)).await;
     assert_eq!(published.host_from_container_runtime.as_deref(), Some("127.0.0.1:5001"));

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use local_registry_publisher::config::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE};
+use local_registry_publisher::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE};
 use serde_json::json;
 use support::*;
 use testbed::ControlPlane;

@@ -10,8 +10,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
-use crate::config::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, PublishArgs};
 use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, Workload};
+use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, Settings};
 
 /// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
 pub(super) struct Watches {
@@ -31,7 +31,7 @@ pub(super) struct Watches {
 }
 
 impl Watches {
-    pub(super) fn new(client: &Client, signals: &Signals, settings: &PublishArgs) -> Self {
+    pub(super) fn new(client: &Client, signals: &Signals, settings: &Settings) -> Self {
         let (c, n) = (client, signals);
         let mut watches = Watches {
             labelled_services: WatchSet::namespaced(c.clone(), n.clone()),
@@ -61,7 +61,7 @@ impl Watches {
         watches.deployments.follow(labelled());
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
-        if !settings.no_builtin_registries {
+        if settings.builtin_registries {
             let builtins = [MINIKUBE, MICROK8S].into_iter().filter(|(ns, _)| settings.watches_namespace(ns));
             watches.builtin_services.follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
             if settings.watches_namespace(MINIKUBE.0) {

@@ -27,9 +27,7 @@ pub struct EventLog {
 
 impl EventLog {
     pub fn new(client: Client) -> Self {
-        let instance =
-            std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| MANAGER.to_string());
-        Self { client, instance, said: BTreeMap::new() }
+        Self { client, instance: crate::pod::name(), said: BTreeMap::new() }
     }
 
     pub async fn record(&mut self, notices: &[Notice]) {

@@ -4,7 +4,9 @@
 //! write waits, from 30 s doubling to 5 min, and the fight is reported. A minute without corrections ends it.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 const WINDOW: Duration = Duration::from_secs(60);
 const CORRECTIONS_TO_FIGHT: usize = 3;

@@ -5,23 +5,28 @@ mod cluster;
 mod events;
 mod fights;
 mod watches;
+mod withdraw;
+mod writer;
+
+pub use withdraw::{Error as WithdrawError, Outcome as WithdrawOutcome, withdraw};
+pub use writer::ConfigMapWriter;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::config::PublishArgs;
+use crate::backoff::{self, Backoff};
+use crate::health::{HEARTBEAT, Health};
 use crate::hosting::LocalRegistryHostingV1;
-use crate::http::{HEARTBEAT, Health};
 use crate::metrics::Metrics;
-use crate::plan::{self, Action, Existing, MANAGER, Readiness};
+use crate::plan::{self, Action, Existing, Readiness};
 use crate::registry;
+use crate::settings::Settings;
 use cluster::Watches;
 use watches::Signals;
 
@@ -29,11 +34,11 @@ use watches::Signals;
 const SETTLE: Duration = Duration::from_millis(20);
 /// How long to wait for our own write to come back through the ConfigMap watch.
 const ECHO_TIMEOUT: Duration = Duration::from_secs(2);
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("reading {target}: {source}")]
+    Read { target: String, source: kube::Error },
     #[error("applying {target}: {source}")]
     Apply { target: String, source: kube::Error },
     #[error("deleting {target}: {source}")]
@@ -44,6 +49,7 @@ impl Error {
     /// A bounded label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {
+            Error::Read { .. } => "read",
             Error::Apply { .. } => "apply",
             Error::Delete { .. } => "delete",
         }
@@ -51,7 +57,7 @@ impl Error {
 
     /// What the API server said, for users: its own message when it refused, else the transport error.
     fn refusal(&self) -> String {
-        let (Error::Apply { source, .. } | Error::Delete { source, .. }) = self;
+        let (Error::Read { source, .. } | Error::Apply { source, .. } | Error::Delete { source, .. }) = self;
         match source {
             kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
             other => other.to_string(),
@@ -61,7 +67,7 @@ impl Error {
 
 /// What the controller's own watches see right now, once every watch the current registries need has synced: the
 /// same snapshot a reconcile pass decides on (for `doctor`).
-pub async fn snapshot(client: &Client, settings: &PublishArgs) -> (registry::Cluster, Option<Existing>) {
+pub async fn snapshot(client: &Client, settings: &Settings) -> (registry::Cluster, Option<Existing>) {
     let signals = Signals { changed: Arc::new(Notify::new()), metrics: Metrics::default(), health: Arc::default() };
     let mut watches = Watches::new(client, &signals, settings);
     let mut interest = None;
@@ -135,10 +141,34 @@ impl Context {
 /// What a write left: the ConfigMap's new resourceVersion, or `None` when it deleted the ConfigMap.
 type Left = Option<String>;
 
+/// Why a reconcile pass runs, recorded on its span.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// A watch saw a change (or finished listing).
+    Change,
+    /// A grace period or a conflict hold ran out.
+    Recheck,
+    /// The last pass failed.
+    Retry,
+    /// This replica gained or lost the Lease.
+    Leadership,
+}
+
+impl Trigger {
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Change => "change",
+            Trigger::Recheck => "recheck",
+            Trigger::Retry => "retry",
+            Trigger::Leadership => "leadership",
+        }
+    }
+}
+
 pub struct Publisher {
     client: Client,
-    settings: PublishArgs,
-    configmaps: Api<ConfigMap>,
+    settings: Settings,
+    writer: ConfigMapWriter,
     changed: Arc<Notify>,
     watches: Watches,
     readiness: Readiness,
@@ -149,13 +179,13 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn new(client: Client, settings: PublishArgs, context: Context) -> Self {
+    pub fn new(client: Client, settings: Settings, context: Context) -> Self {
         let changed = Arc::new(Notify::new());
         let signals =
             Signals { changed: changed.clone(), metrics: context.metrics.clone(), health: context.health.clone() };
         let watches = Watches::new(&client, &signals, &settings);
         Self {
-            configmaps: Api::namespaced(client.clone(), &settings.configmap_namespace),
+            writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
             events: events::EventLog::new(client.clone()),
             client,
             settings,
@@ -171,44 +201,59 @@ impl Publisher {
     /// Reconciles until `shutdown` completes.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         info!(
-            target = %format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name),
+            target = %self.settings.target(),
             selector = %self.settings.registry_selector,
             namespaces = %if self.settings.all_namespaces() { "*".to_string() } else { self.settings.watch_namespaces.join(",") },
             "publishing the local registry"
         );
         futures::pin_mut!(shutdown);
         let probe = AbortOnDrop(tokio::spawn(probe_api(self.client.clone(), self.context.health.clone())));
-        let mut wake_at: Option<Instant> = None;
-        let mut retry = RETRY_MIN;
+        let mut wake_at: Option<(Instant, Trigger)> = None;
+        let mut retry = backoff::exponential(backoff::WRITE_CAP);
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
-            let timer = tokio::time::sleep_until(wake_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)));
-            tokio::select! {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
+            let trigger = tokio::select! {
                 () = &mut shutdown => break,
-                () = self.changed.notified() => tokio::time::sleep(SETTLE).await,
-                () = timer, if wake_at.is_some() => {}
-                Ok(()) = self.context.leading.changed() => {}
+                () = self.changed.notified() => {
+                    tokio::time::sleep(SETTLE).await;
+                    Trigger::Change
+                }
+                () = timer, if wake_at.is_some() => wake_at.take().map_or(Trigger::Recheck, |(_, why)| why),
+                Ok(()) = self.context.leading.changed() => Trigger::Leadership,
                 _ = heartbeat.tick() => {
                     self.context.health.beat();
                     self.context.health.set_watches_alive(self.watches.alive());
                     continue;
                 }
+            };
+            let cluster = self.watches.snapshot();
+            let candidates = registry::survey(&cluster, &self.settings);
+            self.watches.follow(&candidates.interest(&self.settings));
+            let synced = self.watches.synced();
+            self.context.health.set_synced(synced);
+            if !synced {
+                // Not a pass yet: a watch the registries need is still listing, and wakes us when it is done.
+                debug!(trigger = trigger.label(), "waiting for watches to sync");
+                continue;
             }
+            let registries = candidates.registries(&self.settings);
             let started = Instant::now();
-            let outcome = self.reconcile().await;
+            let span = info_span!("reconcile", trigger = trigger.label(), registries = registries.len());
+            let outcome = self.reconcile(registries).instrument(span).await;
             let result = if outcome.is_ok() { "success" } else { "error" };
             self.context.metrics.reconciled(result, started.elapsed());
             wake_at = match outcome {
                 Ok(recheck) => {
-                    retry = RETRY_MIN;
-                    recheck.map(|after| Instant::now() + after)
+                    retry.reset();
+                    recheck.map(|after| (Instant::now() + after, Trigger::Recheck))
                 }
                 Err(error) => {
+                    let after = retry.next().unwrap_or(backoff::WRITE_CAP);
                     self.context.metrics.reconcile_failed(error.metric_label());
-                    error!(%error, reason = error.metric_label(), retry_in = ?retry, "reconcile failed");
-                    let at = Instant::now() + retry;
-                    retry = (retry * 2).min(RETRY_MAX);
-                    Some(at)
+                    error!(%error, reason = error.metric_label(), retry_in = ?after, "reconcile failed");
+                    Some((Instant::now() + after, Trigger::Retry))
                 }
             };
         }
@@ -216,19 +261,9 @@ impl Publisher {
         info!("stopped");
     }
 
-    /// One pass. Returns when to look again if nothing changes before then.
-    async fn reconcile(&mut self) -> Result<Option<Duration>, Error> {
-        let cluster = self.watches.snapshot();
-        self.watches.follow(&registry::interest(&cluster, &self.settings));
-        let synced = self.watches.synced();
-        self.context.health.set_synced(synced);
-        if !synced {
-            // A watch is still listing; it wakes us when it is done.
-            debug!("waiting for watches to sync");
-            return Ok(None);
-        }
-        let registries = registry::registries(&cluster, &self.settings);
-        let now = Instant::now().into_std();
+    /// One pass over a synced snapshot's registries. Returns when to look again if nothing changes before then.
+    async fn reconcile(&mut self, registries: Vec<registry::Registry>) -> Result<Option<Duration>, Error> {
+        let now = Instant::now();
         self.readiness.observe(&registries, now);
         let existing = self.watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
         self.report_published(existing.as_ref(), &registries);
@@ -284,7 +319,7 @@ impl Publisher {
     }
 
     fn target(&self) -> String {
-        format!("{}/{}", self.settings.configmap_namespace, self.settings.configmap_name)
+        self.settings.target()
     }
 
     fn conflict_notice(&self, existing: Option<&Existing>, hold: Duration) -> plan::Notice {
@@ -322,53 +357,40 @@ impl Publisher {
 
     /// The published-values metric follows what the ConfigMap holds, whoever wrote it.
     fn report_published(&self, existing: Option<&Existing>, registries: &[registry::Registry]) {
-        let document = existing
-            .filter(|e| e.owned)
-            .and_then(|e| e.text.as_deref())
-            .and_then(|t| LocalRegistryHostingV1::parse(t).ok());
+        let document = existing.filter(|e| e.owned).and_then(|e| e.document.as_ref());
         let source = document
-            .as_ref()
             .and_then(|d| registries.iter().find(|r| r.document.as_ref().ok() == Some(d)))
             .map(|r| r.id.to_string());
-        self.context.metrics.published(document.as_ref(), source);
+        self.context.metrics.published(document, source);
     }
 
     /// Carries out `action`. For a write, returns what it left (see [`Left`]); `None` when nothing was written.
     async fn execute(&mut self, action: Action, existing: Option<&Existing>) -> Result<Option<Left>, Error> {
         let target = self.target();
-        let old = existing.and_then(|e| e.text.as_deref()).map(LocalRegistryHostingV1::parse);
-        let old = match old {
-            Some(Ok(document)) => document.to_string(),
-            Some(Err(_)) => "(unparsable)".into(),
-            None => "(none)".into(),
+        let old = match existing {
+            Some(Existing { document: Some(document), .. }) => document.to_string(),
+            Some(Existing { text: Some(_), .. }) => "(unparsable)".into(),
+            _ => "(none)".into(),
         };
         match action {
             Action::Keep => Ok(None),
             Action::Apply { document, source } => {
-                let written = self.apply(Some(&document), &target).await?;
+                let written = self.apply(Some(&document)).await?;
                 self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
                 Ok(Some(Some(written)))
             }
             Action::RemoveKey => {
-                let written = self.apply(None, &target).await?;
+                let written = self.apply(None).await?;
                 self.context.metrics.published(None, None);
                 info!(configmap = %target, %old, "withdrawn: removed our key; the other keys stay");
                 Ok(Some(Some(written)))
             }
             Action::Delete => {
-                let preconditions = existing
-                    .map(|e| Preconditions { uid: e.uid.clone(), resource_version: e.resource_version.clone() });
-                let params = DeleteParams { preconditions, ..DeleteParams::default() };
-                match self.configmaps.delete(&self.settings.configmap_name, &params).await {
-                    Ok(_) => {
-                        self.context.metrics.wrote("delete");
-                        self.context.metrics.published(None, None);
-                        info!(configmap = %target, %old, "deleted: no registry and no help URL to publish")
-                    }
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(source) => return Err(Error::Delete { target, source }),
+                if self.writer.delete(existing).await? {
+                    self.context.metrics.published(None, None);
+                    info!(configmap = %target, %old, "deleted: no registry and no help URL to publish");
                 }
                 self.await_echo(|cm| cm.is_none()).await;
                 Ok(Some(None))
@@ -377,17 +399,10 @@ impl Publisher {
     }
 
     /// Server-side applies our part of the ConfigMap and waits for the watch to show it.
-    async fn apply(&self, document: Option<&LocalRegistryHostingV1>, target: &str) -> Result<String, Error> {
-        let configmap = plan::desired_configmap(document, &self.settings);
-        let params = PatchParams::apply(MANAGER).force();
-        let written = self
-            .configmaps
-            .patch(&self.settings.configmap_name, &params, &Patch::Apply(&configmap))
-            .await
-            .map_err(|source| Error::Apply { target: target.to_string(), source })?;
-        self.context.metrics.wrote("apply");
-        self.await_echo(|cm| cm.map(|c| c.resource_version()) == Some(written.resource_version())).await;
-        Ok(written.resource_version().unwrap_or_default())
+    async fn apply(&self, document: Option<&LocalRegistryHostingV1>) -> Result<String, Error> {
+        let written = self.writer.apply(&plan::desired_configmap(document, &self.settings)).await?;
+        self.await_echo(|cm| cm.and_then(|c| c.resource_version()).as_deref() == Some(written.as_str())).await;
+        Ok(written)
     }
 
     /// Waits until the ConfigMap watch shows our own write, so the next pass does not repeat it.

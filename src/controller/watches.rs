@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
@@ -17,7 +16,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use crate::http::Health;
+use crate::backoff;
+use crate::health::Health;
 use crate::metrics::Metrics;
 
 /// One server-side filtered watch: a namespace (or all) and label and field selectors.
@@ -55,39 +55,6 @@ impl std::fmt::Display for WatchKey {
             write!(f, " fields={fields}")?;
         }
         Ok(())
-    }
-}
-
-/// Exponential backoff from 0.5 s to at most 5 s, with jitter. kube's default grows to 30 s, which after a 20 s
-/// API outage left the ConfigMap stale for another 20 s; 5 s is still far from a tight loop.
-struct CappedBackoff {
-    next: Duration,
-}
-
-const BACKOFF_MIN: Duration = Duration::from_millis(500);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-impl Default for CappedBackoff {
-    fn default() -> Self {
-        Self { next: BACKOFF_MIN }
-    }
-}
-
-impl Iterator for CappedBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let delay = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        // Up to 20% jitter, so replicas and watches do not retry in step.
-        let jitter = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), delay) % 200;
-        Some(delay + delay * jitter as u32 / 1000)
-    }
-}
-
-impl kube::runtime::utils::Backoff for CappedBackoff {
-    fn reset(&mut self) {
-        self.next = BACKOFF_MIN;
     }
 }
 
@@ -220,7 +187,7 @@ async fn watch<K>(
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let stream = reflector::reflector(writer, watcher(api, config).backoff(CappedBackoff::default()));
+    let stream = reflector::reflector(writer, watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)));
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         match event {

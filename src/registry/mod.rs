@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::core::Resource;
 
-use crate::config::PublishArgs;
 use crate::hosting::LocalRegistryHostingV1;
+use crate::settings::Settings;
 
 pub use values::annotations;
 
@@ -134,16 +134,56 @@ pub struct Interest {
 }
 
 /// Finds every registry Service in the snapshot and derives what it would publish.
-pub fn registries(cluster: &Cluster, settings: &PublishArgs) -> Vec<Registry> {
-    let mut registries: Vec<Registry> = candidates(cluster, settings)
-        .into_iter()
-        .map(|(service, source)| {
-            let trusted = trusted(&service_id(service).namespace, &source, cluster, settings);
-            Registry { trusted, ..values::derive(service, source, cluster, settings) }
-        })
-        .collect();
-    registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
-    registries
+pub fn registries(cluster: &Cluster, settings: &Settings) -> Vec<Registry> {
+    survey(cluster, settings).registries(settings)
+}
+
+/// The registry Services of one snapshot, found once per reconcile pass and then asked both which watches they
+/// need and what each would publish.
+pub struct Candidates<'a> {
+    cluster: &'a Cluster,
+    found: Vec<(&'a Service, Source)>,
+}
+
+pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
+    Candidates { cluster, found: candidates(cluster, settings) }
+}
+
+impl Candidates<'_> {
+    /// Every registry with what it would publish, best first.
+    pub fn registries(&self, settings: &Settings) -> Vec<Registry> {
+        let cluster = self.cluster;
+        let mut registries: Vec<Registry> = self
+            .found
+            .iter()
+            .map(|(service, source)| {
+                let trusted = trusted(&service_id(service).namespace, source, cluster, settings);
+                Registry { trusted, ..values::derive(service, source.clone(), cluster, settings) }
+            })
+            .collect();
+        registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
+        registries
+    }
+
+    /// The watches these registries need.
+    pub fn interest(&self, settings: &Settings) -> Interest {
+        let cluster = self.cluster;
+        let mut interest = Interest {
+            service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
+            ..Interest::default()
+        };
+        for (service, source) in &self.found {
+            let id = service_id(service);
+            if let Some(selector) = selector_string(service) {
+                interest.pod_selectors.insert((id.namespace.clone(), selector));
+            }
+            if values::needs_node_address(source, settings) {
+                interest.nodes.extend(values::endpoint_nodes(cluster, &id));
+            }
+            interest.endpoint_services.insert(id);
+        }
+        interest
+    }
 }
 
 /// Whether a registry in `namespace` may name the cluster's registry. Anyone who can create a Service in a
@@ -151,7 +191,7 @@ pub fn registries(cluster: &Cluster, settings: &PublishArgs) -> Vec<Registry> {
 /// - the built-in addons, in the fixed namespaces their installers own;
 /// - namespaces the controller was installed to watch (`--watch-namespaces`) or trust (`--registry-namespaces`);
 /// - namespaces a cluster admin labelled `local-registry-publisher.io/registries=allowed`.
-pub fn trusted(namespace: &str, source: &Source, cluster: &Cluster, settings: &PublishArgs) -> bool {
+pub fn trusted(namespace: &str, source: &Source, cluster: &Cluster, settings: &Settings) -> bool {
     matches!(source, Source::Minikube | Source::MicroK8s)
         || (!settings.all_namespaces() && settings.watches_namespace(namespace))
         || settings.registry_namespaces.iter().any(|n| n == namespace)
@@ -164,32 +204,18 @@ pub fn untrusted_message(namespace: &str) -> String {
         "ignored: namespace {namespace} is not allowed to name the cluster's registry, so this Service's priority and \
          annotations count for nothing; a cluster admin allows it with `kubectl label namespace {namespace} {}={}` or \
          --registry-namespaces",
-        crate::config::ALLOWED_NAMESPACE_LABEL,
-        crate::config::ALLOWED_NAMESPACE_VALUE
+        crate::settings::ALLOWED_NAMESPACE_LABEL,
+        crate::settings::ALLOWED_NAMESPACE_VALUE
     )
 }
 
 /// The watches the current registries need.
-pub fn interest(cluster: &Cluster, settings: &PublishArgs) -> Interest {
-    let mut interest = Interest {
-        service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
-        ..Interest::default()
-    };
-    for (service, source) in candidates(cluster, settings) {
-        let id = service_id(service);
-        if let Some(selector) = selector_string(service) {
-            interest.pod_selectors.insert((id.namespace.clone(), selector));
-        }
-        if values::needs_node_address(&source, settings) {
-            interest.nodes.extend(values::endpoint_nodes(cluster, &id));
-        }
-        interest.endpoint_services.insert(id);
-    }
-    interest
+pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
+    survey(cluster, settings).interest(settings)
 }
 
 /// Registry Services and why each is one; a Service found several ways counts once, by its first source.
-fn candidates<'a>(cluster: &'a Cluster, settings: &PublishArgs) -> Vec<(&'a Service, Source)> {
+fn candidates<'a>(cluster: &'a Cluster, settings: &Settings) -> Vec<(&'a Service, Source)> {
     let mut seen = BTreeSet::new();
     let mut found = Vec::new();
     let mut add = |service: &'a Service, source: Source| {
@@ -205,7 +231,7 @@ fn candidates<'a>(cluster: &'a Cluster, settings: &PublishArgs) -> Vec<(&'a Serv
             add(service, Source::Workload { kind: workload.kind, name: workload.name.clone() });
         }
     }
-    if !settings.no_builtin_registries {
+    if settings.builtin_registries {
         for service in &cluster.builtin_services {
             let id = service_id(service);
             if (id.namespace.as_str(), id.name.as_str()) == MINIKUBE {
@@ -261,7 +287,7 @@ mod tests {
         cluster.workload_namespace_services.push(service("reg", "other").selector(&[("app", "web")]).build());
         cluster.builtin_services.push(service("kube-system", "registry").build());
         let found: Vec<(String, Source)> =
-            candidates(&cluster, &PublishArgs::default()).into_iter().map(|(s, src)| (s.name_any(), src)).collect();
+            candidates(&cluster, &Settings::default()).into_iter().map(|(s, src)| (s.name_any(), src)).collect();
         assert_eq!(
             found,
             [
@@ -270,7 +296,7 @@ mod tests {
                 ("registry".into(), Source::Minikube),
             ]
         );
-        let settings = PublishArgs { no_builtin_registries: true, ..PublishArgs::default() };
+        let settings = Settings { builtin_registries: false, ..Settings::default() };
         assert_eq!(candidates(&cluster, &settings).len(), 2);
     }
 
@@ -278,9 +304,9 @@ mod tests {
     fn only_allowed_namespaces_and_the_builtins_own_namespaces_are_trusted() {
         let mut cluster = Cluster::default();
         cluster.allowed_namespaces.insert("labelled-ns".into());
-        let everywhere = PublishArgs::default();
-        let trusting = PublishArgs { registry_namespaces: vec!["registry".into()], ..PublishArgs::default() };
-        let scoped = PublishArgs { watch_namespaces: vec!["team".into()], ..PublishArgs::default() };
+        let everywhere = Settings::default();
+        let trusting = Settings { registry_namespaces: vec!["registry".into()], ..Settings::default() };
+        let scoped = Settings { watch_namespaces: vec!["team".into()], ..Settings::default() };
         let labelled = Source::Labelled;
         assert!(!trusted("tenant", &labelled, &cluster, &everywhere), "default: not trusted");
         assert!(trusted("labelled-ns", &labelled, &cluster, &everywhere), "a cluster admin labelled it");
@@ -305,7 +331,7 @@ mod tests {
             }
             cluster.labelled_services.push(builder.build());
         }
-        let order: Vec<String> = registries(&cluster, &PublishArgs::default()).into_iter().map(|r| r.id.name).collect();
+        let order: Vec<String> = registries(&cluster, &Settings::default()).into_iter().map(|r| r.id.name).collect();
         assert_eq!(order, ["urgent", "old", "a-new", "b-new"]);
     }
 
@@ -314,7 +340,7 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.labelled_services.push(service("reg", "zot").selector(&[("app", "zot")]).build());
         cluster.workloads.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
-        let interest = interest(&cluster, &PublishArgs::default());
+        let interest = interest(&cluster, &Settings::default());
         assert_eq!(interest.service_namespaces, BTreeSet::from(["builds".to_string()]));
         assert_eq!(interest.pod_selectors, BTreeSet::from([("reg".to_string(), "app=zot".to_string())]));
         assert_eq!(interest.endpoint_services.len(), 1);

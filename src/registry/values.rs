@@ -5,9 +5,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::{Cluster, Problem, Registry, ServiceId, Source, object_reference, service_id};
-use crate::config::{NodeAddress, PublishArgs};
 use crate::hosting::address::Host;
 use crate::hosting::{InvalidValue, LocalRegistryHostingV1};
+use crate::settings::{NodeAddress, Settings};
 
 pub mod annotations {
     pub const PORT: &str = "local-registry-publisher.io/port";
@@ -20,7 +20,7 @@ pub mod annotations {
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, settings: &PublishArgs) -> Registry {
+pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, settings: &Settings) -> Registry {
     let id = service_id(service);
     let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
         None => (0, None),
@@ -51,7 +51,7 @@ fn document(
     id: &ServiceId,
     source: &Source,
     cluster: &Cluster,
-    settings: &PublishArgs,
+    settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let spec = service.spec.clone().unwrap_or_default();
     let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
@@ -265,12 +265,12 @@ fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterato
     })
 }
 
-pub(super) fn needs_node_address(source: &Source, settings: &PublishArgs) -> bool {
+pub(super) fn needs_node_address(source: &Source, settings: &Settings) -> bool {
     *source == Source::Minikube || settings.node_address == NodeAddress::InternalIp
 }
 
 /// How tools outside the cluster reach this registry's node. minikube is always reached at its node's IP.
-fn node_address(id: &ServiceId, source: &Source, cluster: &Cluster, settings: &PublishArgs) -> Option<String> {
+fn node_address(id: &ServiceId, source: &Source, cluster: &Cluster, settings: &Settings) -> Option<String> {
     if needs_node_address(source, settings) {
         let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
         let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
@@ -326,7 +326,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
 
-    fn publish(cluster: &Cluster, settings: &PublishArgs) -> Result<LocalRegistryHostingV1, Problem> {
+    fn publish(cluster: &Cluster, settings: &Settings) -> Result<LocalRegistryHostingV1, Problem> {
         let registries = super::super::registries(cluster, settings);
         assert_eq!(registries.len(), 1, "one registry expected");
         registries.into_iter().next().map(|r| r.document).expect("a registry")
@@ -352,17 +352,16 @@ mod tests {
 
     #[test]
     fn every_service_type_publishes_what_its_readers_need() {
-        let settings = PublishArgs::default();
-        let internal = PublishArgs { node_address: NodeAddress::InternalIp, ..PublishArgs::default() };
-        let literal =
-            PublishArgs { node_address: NodeAddress::Literal("192.168.1.5".into()), ..PublishArgs::default() };
+        let settings = Settings::default();
+        let internal = Settings { node_address: NodeAddress::InternalIp, ..Settings::default() };
+        let literal = Settings { node_address: NodeAddress::Literal("192.168.1.5".into()), ..Settings::default() };
         let with_pod_host_port = |mut cluster: Cluster| {
             cluster.pods.push(pod("reg", "zot-1", &[("app", "zot")], 5000, Some("http"), Some(5001)));
             cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "node-a")]));
             cluster.nodes.push(node("node-a", "10.0.0.7"));
             cluster
         };
-        let cases: Vec<(&str, Cluster, &PublishArgs, LocalRegistryHostingV1)> = vec![
+        let cases: Vec<(&str, Cluster, &Settings, LocalRegistryHostingV1)> = vec![
             (
                 "ClusterIP",
                 labelled(service("reg", "zot").port(None, 5000, None)),
@@ -444,22 +443,22 @@ mod tests {
         let lb = |entries: &[&str]| {
             labelled(service("reg", "zot").type_("LoadBalancer").port(None, 5000, Some(31000)).ingress(entries))
         };
-        let internal = PublishArgs { node_address: NodeAddress::InternalIp, ..PublishArgs::default() };
+        let internal = Settings { node_address: NodeAddress::InternalIp, ..Settings::default() };
         let on_node = |node: std::sync::Arc<k8s_openapi::api::core::v1::Node>| {
             let mut cluster = labelled(nodeport().selector(&[("app", "zot")]));
             cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "node-a")]));
             cluster.nodes.push(node);
             cluster
         };
-        let literal = |address: &str| PublishArgs {
+        let literal = |address: &str| Settings {
             node_address: <crate::config::Args as clap::Parser>::try_parse_from(["x", "--node-address", address])
                 .expect("a valid node address")
                 .publish
                 .node_address,
-            ..PublishArgs::default()
+            ..Settings::default()
         };
-        let host_of = |cluster: Cluster, settings: &PublishArgs| publish(&cluster, settings).map(|d| d.host);
-        let defaults = PublishArgs::default();
+        let host_of = |cluster: Cluster, settings: &Settings| publish(&cluster, settings).map(|d| d.host);
+        let defaults = Settings::default();
         for (name, host, expected) in [
             ("IPv6 load balancer", host_of(lb(&["fd00:10::200"]), &defaults), "[fd00:10::200]:5000"),
             (
@@ -487,12 +486,12 @@ mod tests {
     fn the_runtime_value_follows_the_rule_whatever_host_is_overridden_to() {
         let nodeport = service("reg", "zot").type_("NodePort").port(None, 5000, Some(30600));
         let overridden = labelled(nodeport.clone().annotation(annotations::HOST, "registry.localhost:5000"));
-        let document = publish(&overridden, &PublishArgs::default()).expect("publishable");
+        let document = publish(&overridden, &Settings::default()).expect("publishable");
         assert_eq!(document.host.as_deref(), Some("registry.localhost:5000"));
         assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:30600"), "the nodePort");
         // Overridden to exactly what the runtime would use: readers fall back to host.
         let same = labelled(nodeport.annotation(annotations::HOST, "localhost:30600"));
-        assert_eq!(publish(&same, &PublishArgs::default()).expect("publishable").host_from_container_runtime, None);
+        assert_eq!(publish(&same, &Settings::default()).expect("publishable").host_from_container_runtime, None);
     }
 
     #[test]
@@ -500,11 +499,11 @@ mod tests {
         let external = |name: &str| {
             labelled(service("reg", "ext").type_("ExternalName").external_name(name).port(Some("registry"), 5000, None))
         };
-        let document = publish(&external("Registry.Example."), &PublishArgs::default()).expect("publishable");
+        let document = publish(&external("Registry.Example."), &Settings::default()).expect("publishable");
         assert_eq!(document.host_from_cluster_network.as_deref(), Some("registry.example:5000"));
 
         // "localhost:5000" would be read as the host line by line-based readers; 127.0.0.1 is the same address.
-        let problem = publish(&external("localhost"), &PublishArgs::default()).expect_err("host: rule");
+        let problem = publish(&external("localhost"), &Settings::default()).expect_err("host: rule");
         assert_eq!(problem.reason, "InvalidValue");
         assert!(
             problem.message.contains(annotations::HOST_FROM_CLUSTER_NETWORK)
@@ -519,15 +518,15 @@ mod tests {
                 .port(Some("registry"), 5000, None)
                 .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "127.0.0.1:5000"),
         );
-        assert!(publish(&fixed, &PublishArgs::default()).is_ok(), "the suggested fix passes");
+        assert!(publish(&fixed, &Settings::default()).is_ok(), "the suggested fix passes");
         // No publishable example exists for a value that breaks another rule: none is suggested.
-        let problem = publish(&external("unknown"), &PublishArgs::default()).expect_err("placeholder");
+        let problem = publish(&external("unknown"), &Settings::default()).expect_err("placeholder");
         assert!(!problem.message.contains("for example"), "{}", problem.message);
     }
 
     #[test]
     fn annotations_override_each_value_and_an_empty_one_removes_it() {
-        let settings = PublishArgs { help_url: Some("https://docs.example/registry".into()), ..PublishArgs::default() };
+        let settings = Settings { help_url: Some("https://docs.example/registry".into()), ..Settings::default() };
         let cluster = labelled(
             service("reg", "zot")
                 .type_("NodePort")
@@ -559,7 +558,7 @@ mod tests {
         ];
         for (key, value, needle) in cases {
             let cluster = labelled(service("reg", "zot").port(Some("http"), 5000, None).annotation(key, value));
-            let problem = publish(&cluster, &PublishArgs::default()).expect_err(key);
+            let problem = publish(&cluster, &Settings::default()).expect_err(key);
             assert_eq!(problem.reason, "InvalidAnnotation", "{key}");
             assert!(problem.message.contains(key) && problem.message.contains(needle), "{}", problem.message);
         }
@@ -568,15 +567,14 @@ mod tests {
     #[test]
     fn port_is_the_one_named_registry_else_annotated_else_the_only_one() {
         let two = || service("reg", "zot").port(Some("http"), 80, None).port(Some("debug"), 5001, None);
-        let problem = publish(&labelled(two()), &PublishArgs::default()).unwrap_err();
+        let problem = publish(&labelled(two()), &Settings::default()).unwrap_err();
         assert_eq!(problem.reason, "AmbiguousPort");
         assert!(problem.message.contains("http=80, debug=5001"), "{}", problem.message);
-        let annotated =
-            publish(&labelled(two().annotation(annotations::PORT, "debug")), &PublishArgs::default()).unwrap();
+        let annotated = publish(&labelled(two().annotation(annotations::PORT, "debug")), &Settings::default()).unwrap();
         assert_eq!(annotated.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5001"));
-        let named = publish(&labelled(two().port(Some("registry"), 5000, None)), &PublishArgs::default()).unwrap();
+        let named = publish(&labelled(two().port(Some("registry"), 5000, None)), &Settings::default()).unwrap();
         assert_eq!(named.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5000"));
-        let none = publish(&labelled(service("reg", "zot")), &PublishArgs::default()).unwrap_err();
+        let none = publish(&labelled(service("reg", "zot")), &Settings::default()).unwrap_err();
         assert_eq!(none.reason, "NoPort");
     }
 
@@ -594,7 +592,7 @@ mod tests {
         cluster.endpoint_slices.push(slice("kube-system", "registry", &[(true, "minikube")]));
         cluster.nodes.push(node("minikube", "192.168.49.2"));
         assert_eq!(
-            publish(&cluster, &PublishArgs::default()),
+            publish(&cluster, &Settings::default()),
             Ok(expect(
                 Some("192.168.49.2:5000"),
                 Some("127.0.0.1:5000"),
@@ -614,14 +612,14 @@ mod tests {
                 .build(),
         );
         assert_eq!(
-            publish(&cluster, &PublishArgs::default()),
+            publish(&cluster, &Settings::default()),
             Ok(expect(Some("localhost:32000"), None, Some("registry.container-registry.svc.cluster.local:5000"), None))
         );
     }
 
     #[test]
     fn readiness_comes_from_endpoint_slices() {
-        let settings = PublishArgs::default();
+        let settings = Settings::default();
         let selected = || service("reg", "zot").selector(&[("app", "zot")]).port(None, 5000, None);
         let mut cluster = labelled(selected());
         assert!(!super::super::registries(&cluster, &settings)[0].ready, "no slice yet");

@@ -14,9 +14,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use local_registry_publisher::config::PublishArgs;
 use local_registry_publisher::controller::{Context, Publisher};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
+use local_registry_publisher::settings::Settings;
 use serde_json::Value;
 use testbed::ControlPlane;
 use tokio::sync::oneshot;
@@ -51,7 +51,7 @@ impl Drop for Running {
 pub struct Scenario {
     pub client: Client,
     pub ns: String,
-    pub settings: PublishArgs,
+    pub settings: Settings,
 }
 
 impl Scenario {
@@ -60,13 +60,13 @@ impl Scenario {
         let plane = ControlPlane::shared();
         let client = plane.client().await.expect("admin client");
         let ns = plane.namespace(&client, prefix).await.expect("test namespace");
-        let settings = PublishArgs {
+        let settings = Settings {
             watch_namespaces: vec![ns.clone()],
             configmap_namespace: ns.clone(),
             configmap_name: TARGET.into(),
             grace_period: Duration::from_secs(2),
-            no_builtin_registries: true,
-            ..PublishArgs::default()
+            builtin_registries: false,
+            ..Settings::default()
         };
         Self { client, ns, settings }
     }
@@ -77,8 +77,8 @@ impl Scenario {
     }
 
     /// Starts the publisher and returns the health its probes report.
-    pub fn start_with_health(&self) -> (Running, std::sync::Arc<local_registry_publisher::http::Health>) {
-        let health = std::sync::Arc::new(local_registry_publisher::http::Health::default());
+    pub fn start_with_health(&self) -> (Running, std::sync::Arc<local_registry_publisher::health::Health>) {
+        let health = std::sync::Arc::new(local_registry_publisher::health::Health::default());
         let context = Context::new(local_registry_publisher::metrics::Metrics::default(), health.clone(), None);
         (self.start_with(context), health)
     }

@@ -1,20 +1,24 @@
-//! `--withdraw`: remove what this controller published, for the chart's uninstall hook.
+//! `withdraw`: remove what this controller published, for the chart's uninstall hook.
 //!
 //! Deleting the ConfigMap while the controller still runs is undone at once, because correcting a deleted
 //! ConfigMap is the controller's job. So with `--stop-deployment` the controller's Deployment is first scaled to
 //! zero and every one of its pods waited out (a terminating pod may still write until it has exited); only then is
 //! the ConfigMap deleted, and only if it carries our managed-by label and was not changed in between.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use tracing::info;
 
-use crate::config::PublishArgs;
-use crate::plan::{Action, Existing, MANAGER, withdrawal};
+use super::writer::ConfigMapWriter;
+use crate::metrics::Metrics;
+use crate::plan::{self, Action, Existing, withdrawal};
+use crate::settings::Settings;
 
 /// How long the controller's pods may take to exit: their termination grace period plus a margin.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -28,8 +32,8 @@ pub enum Error {
     StillRunning { deployment: String, pods: usize, timeout: Duration },
     #[error("Deployment {0} selects its pods by no matchLabels, so its pods cannot be waited for")]
     NoSelector(String),
-    #[error("cannot read or delete ConfigMap {configmap}: {source}")]
-    ConfigMap { configmap: String, source: kube::Error },
+    #[error(transparent)]
+    Write(#[from] super::Error),
 }
 
 /// What happened to the published ConfigMap.
@@ -46,55 +50,40 @@ pub enum Outcome {
 /// Stops `stop_deployment` (in `namespace`) if given, then deletes the published ConfigMap if we wrote it.
 pub async fn withdraw(
     client: Client,
-    publish: &PublishArgs,
+    settings: &Settings,
     stop_deployment: Option<(&str, &str)>,
 ) -> Result<Outcome, Error> {
     if let Some((namespace, name)) = stop_deployment {
         stop(client.clone(), namespace, name).await?;
     }
-    let target = format!("{}/{}", publish.configmap_namespace, publish.configmap_name);
-    let failed = |source| Error::ConfigMap { configmap: target.clone(), source };
-    let api: Api<ConfigMap> = Api::namespaced(client, &publish.configmap_namespace);
-    let Some(configmap) = api.get_opt(&publish.configmap_name).await.map_err(failed)? else {
+    let target = settings.target();
+    let writer = ConfigMapWriter::new(client, settings, Metrics::default());
+    let Some(configmap) = writer.read().await? else {
         info!(configmap = %target, "nothing to withdraw");
         return Ok(Outcome::NothingPublished);
     };
     let existing = Existing::from_configmap(&configmap);
     match withdrawal(&existing) {
-        Action::Delete => {}
+        Action::Delete => {
+            // Gone in between is what we wanted too.
+            writer.delete(Some(&existing)).await?;
+            info!(configmap = %target, "withdrawn");
+            Ok(Outcome::Withdrawn)
+        }
         Action::RemoveKey => {
-            // Applying nothing as our field manager gives up our key and our managed-by label.
-            let mut nothing = ConfigMap::default();
-            nothing.metadata.name = configmap.metadata.name.clone();
-            nothing.metadata.namespace = configmap.metadata.namespace.clone();
-            api.patch(&publish.configmap_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&nothing))
-                .await
-                .map_err(failed)?;
+            writer.apply(&plan::released_configmap(settings)).await?;
             info!(configmap = %target, "withdrawn: removed our key; the other keys stay");
-            return Ok(Outcome::RemovedKey);
+            Ok(Outcome::RemovedKey)
         }
         _ if existing.owned => {
             info!(configmap = %target, "nothing to withdraw");
-            return Ok(Outcome::NothingPublished);
+            Ok(Outcome::NothingPublished)
         }
         _ => {
             info!(configmap = %target, "not withdrawn: another tool wrote it");
-            return Ok(Outcome::NotOurs);
+            Ok(Outcome::NotOurs)
         }
     }
-    let preconditions = Preconditions {
-        uid: configmap.metadata.uid.clone(),
-        resource_version: configmap.metadata.resource_version.clone(),
-    };
-    let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
-    match api.delete(&publish.configmap_name, &params).await {
-        Ok(_) => {}
-        // Gone in between: what we wanted.
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
-        Err(source) => return Err(failed(source)),
-    }
-    info!(configmap = %target, "withdrawn");
-    Ok(Outcome::Withdrawn)
 }
 
 /// Scales the Deployment to zero and waits until none of its pods exists.

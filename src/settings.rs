@@ -1,0 +1,71 @@
+//! What the pure core needs to know: which Services are registries, what to publish and where. A plain value built
+//! from the command line ([`crate::config::PublishArgs::settings`]) or directly, so the core and its unit tests
+//! never go through the argument parser.
+
+use std::time::Duration;
+
+pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
+/// The namespace label that lets a namespace name the cluster's registry. Setting labels on a namespace is a
+/// cluster-admin right: the built-in `admin` and `edit` roles do not grant it.
+pub const ALLOWED_NAMESPACE_LABEL: &str = "local-registry-publisher.io/registries";
+pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
+
+/// See the flags of the same names (`local-registry-publisher --help`) for what each means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub registry_selector: String,
+    pub builtin_registries: bool,
+    /// Empty: every namespace.
+    pub watch_namespaces: Vec<String>,
+    pub registry_namespaces: Vec<String>,
+    pub configmap_namespace: String,
+    pub configmap_name: String,
+    pub cluster_domain: String,
+    pub node_address: NodeAddress,
+    pub help_url: Option<String>,
+    pub grace_period: Duration,
+    pub take_over: bool,
+}
+
+/// How tools outside the cluster reach a node's hostPort or nodePort.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeAddress {
+    Localhost,
+    InternalIp,
+    /// An IP address (IPv6 in brackets) or dotted host name, already normalised.
+    Literal(String),
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            registry_selector: DEFAULT_SELECTOR.into(),
+            builtin_registries: true,
+            watch_namespaces: Vec::new(),
+            registry_namespaces: Vec::new(),
+            configmap_namespace: "kube-public".into(),
+            configmap_name: "local-registry-hosting".into(),
+            cluster_domain: "cluster.local".into(),
+            node_address: NodeAddress::Localhost,
+            help_url: None,
+            grace_period: Duration::from_secs(15),
+            take_over: false,
+        }
+    }
+}
+
+impl Settings {
+    /// Whether the watches span every namespace.
+    pub fn all_namespaces(&self) -> bool {
+        self.watch_namespaces.is_empty()
+    }
+
+    pub fn watches_namespace(&self, namespace: &str) -> bool {
+        self.all_namespaces() || self.watch_namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// `namespace/name` of the published ConfigMap.
+    pub fn target(&self) -> String {
+        format!("{}/{}", self.configmap_namespace, self.configmap_name)
+    }
+}
