@@ -35,6 +35,20 @@ pub enum Error {
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
     let settings = args.publish.settings();
+    let withdrawal = match &args.command {
+        Some(Command::Withdraw { stop_deployment }) => Some(stop_deployment.as_deref()),
+        _ if args.withdraw => Some(args.stop_deployment.as_deref()),
+        _ => None,
+    };
+    if let Some(stop_deployment) = withdrawal {
+        return match client(&args).await {
+            Ok(client) => withdraw(client, &settings, stop_deployment).await,
+            Err(error) => {
+                error!("{error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match &args.command {
         Some(Command::Render { filename }) => return crate::cli::render(filename, &settings),
         Some(Command::Probe { address }) => {
@@ -56,7 +70,7 @@ pub async fn run(args: Args) -> ExitCode {
                 Err(error) => unreachable_cluster(&error),
             };
         }
-        None => {}
+        Some(Command::Withdraw { .. }) | None => {}
     }
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
@@ -72,10 +86,6 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-
-    if args.withdraw {
-        return withdraw(client, &settings, args.stop_deployment.as_deref()).await;
-    }
 
     let (stop, stopping) = watch::channel(false);
     let stopped = move || {
@@ -136,13 +146,13 @@ async fn withdraw(client: Client, settings: &Settings, stop_deployment: Option<&
 }
 
 fn lease_settings(operation: &OperationArgs) -> LeaseSettings {
-    let namespace = operation.leader_elect_namespace.clone().unwrap_or_else(pod::namespace);
+    let namespace = operation.leader_elect_resource_namespace.clone().unwrap_or_else(pod::namespace);
     // Unique by default, as client-go's <hostname>_<uuid>: a restarted container keeps its pod name.
     let identity =
         operation.leader_elect_identity.clone().unwrap_or_else(|| format!("{}_{}", pod::name(), random_suffix()));
     LeaseSettings {
         namespace,
-        name: operation.leader_elect_lease_name.clone(),
+        name: operation.leader_elect_resource_name.clone(),
         identity,
         duration: operation.leader_elect_lease_duration,
     }

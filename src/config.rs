@@ -42,14 +42,12 @@ pub struct Args {
     #[arg(long, global = true, env = "LRP_CONTEXT")]
     pub context: Option<String>,
 
-    /// Delete the published ConfigMap if this controller wrote it, then exit instead of running (the chart's
-    /// uninstall hook uses it, so readers are not left with a stale registry).
-    #[arg(long, env = "LRP_WITHDRAW")]
+    /// The `withdraw` command as a flag, as charts before 0.2 run it.
+    #[arg(long, env = "LRP_WITHDRAW", hide = true)]
     pub withdraw: bool,
 
-    /// With --withdraw: first scale this Deployment (in POD_NAMESPACE) to zero and wait until its pods have
-    /// exited, so the controller it runs cannot publish again after the withdrawal. The chart's hook names its own.
-    #[arg(long, env = "LRP_STOP_DEPLOYMENT", value_name = "NAME", requires = "withdraw", value_parser = parse_dns_subdomain)]
+    /// With the hidden --withdraw: as `withdraw --stop-deployment`.
+    #[arg(long, env = "LRP_STOP_DEPLOYMENT", value_name = "NAME", requires = "withdraw", hide = true, value_parser = parse_dns_subdomain)]
     pub stop_deployment: Option<String>,
 
     /// Log format.
@@ -90,6 +88,15 @@ pub enum Command {
     /// doctor --from-cluster runs in its pod.
     #[command(hide = true)]
     Probe { address: String },
+    /// Delete the published ConfigMap if this controller wrote it (only our key when other keys share it), then
+    /// exit: what the chart's uninstall hook runs, so readers are not left with a stale registry. Exit status 0
+    /// when nothing of ours is left, 1 when the cluster refused.
+    Withdraw {
+        /// First scale this Deployment (in POD_NAMESPACE) to zero and wait until its pods have exited, so the
+        /// controller it runs cannot publish again after the withdrawal. The chart's hook names its own.
+        #[arg(long, value_name = "NAME", value_parser = parse_dns_subdomain)]
+        stop_deployment: Option<String>,
+    },
     /// Print the ConfigMap the controller would publish for the Services in FILE ("-" for stdin), without a
     /// cluster: every Service counts as ready and allowed; the controller's flags apply. Exit status: 0 printed;
     /// 3 no registry Service in the input; 4 a registry has a problem (said on stderr).
@@ -182,13 +189,13 @@ pub struct OperationArgs {
     pub leader_elect: bool,
 
     /// Namespace of the Lease; defaults to POD_NAMESPACE, then the in-cluster service account's namespace,
-    /// then "default".
-    #[arg(long, env = "LRP_LEADER_ELECT_NAMESPACE", value_parser = parse_namespace)]
-    pub leader_elect_namespace: Option<String>,
+    /// then "default". (Also accepted as --leader-elect-namespace.)
+    #[arg(long, alias = "leader-elect-namespace", env = "LRP_LEADER_ELECT_NAMESPACE", value_parser = parse_namespace)]
+    pub leader_elect_resource_namespace: Option<String>,
 
-    /// Name of the Lease.
-    #[arg(long, env = "LRP_LEADER_ELECT_LEASE_NAME", default_value = "local-registry-publisher", value_parser = parse_dns_subdomain)]
-    pub leader_elect_lease_name: String,
+    /// Name of the Lease. (Also accepted as --leader-elect-lease-name.)
+    #[arg(long, alias = "leader-elect-lease-name", env = "LRP_LEADER_ELECT_LEASE_NAME", default_value = "local-registry-publisher", value_parser = parse_dns_subdomain)]
+    pub leader_elect_resource_name: String,
 
     /// How long a leader that stopped renewing keeps the Lease before another replica takes over.
     #[arg(long, env = "LRP_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
@@ -449,7 +456,7 @@ mod tests {
             ("--log-level=info,[", "log-level"),
             ("--http-address=8080", "http-address"),
             ("--leader-elect-lease-duration=1s", "at least 3s"),
-            ("--leader-elect-namespace=-x", "namespace"),
+            ("--leader-elect-resource-namespace=-x", "namespace"),
         ] {
             let error = parse(&[flag]).expect_err(flag);
             assert_eq!(error.exit_code(), 2, "{flag}");
@@ -457,6 +464,27 @@ mod tests {
             let text = error.to_string();
             assert!(text.contains(option) && text.contains(needle), "{flag}: {text}");
         }
+    }
+
+    #[test]
+    fn leader_election_flags_have_component_base_names_and_keep_the_old_ones() {
+        for (namespace_flag, name_flag) in [
+            ("--leader-elect-resource-namespace=ops", "--leader-elect-resource-name=lrp"),
+            ("--leader-elect-namespace=ops", "--leader-elect-lease-name=lrp"),
+        ] {
+            let operation = parse(&[namespace_flag, name_flag]).unwrap().operation;
+            assert_eq!(operation.leader_elect_resource_namespace.as_deref(), Some("ops"), "{namespace_flag}");
+            assert_eq!(operation.leader_elect_resource_name, "lrp", "{name_flag}");
+        }
+    }
+
+    #[test]
+    fn withdraw_is_a_command_and_the_old_flag_still_works() {
+        let command = parse(&["withdraw", "--stop-deployment=lrp"]).unwrap().command;
+        assert!(matches!(command, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
+        let old = parse(&["--withdraw", "--stop-deployment=lrp"]).unwrap();
+        assert!(old.withdraw && old.stop_deployment.as_deref() == Some("lrp"));
+        assert_eq!(parse(&["--stop-deployment=lrp"]).unwrap_err().exit_code(), 2, "needs --withdraw");
     }
 
     #[test]

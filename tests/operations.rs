@@ -25,7 +25,11 @@ fn args(scenario: &Scenario, extra: &[&str]) -> Vec<String> {
 fn replica(scenario: &Scenario) -> Controller {
     Controller::start(&args(
         scenario,
-        &["--leader-elect", &format!("--leader-elect-namespace={}", scenario.ns), "--leader-elect-lease-duration=6s"],
+        &[
+            "--leader-elect",
+            &format!("--leader-elect-resource-namespace={}", scenario.ns),
+            "--leader-elect-lease-duration=6s",
+        ],
     ))
 }
 
@@ -176,7 +180,7 @@ async fn a_leader_whose_connection_freezes_steps_down_before_anyone_else_may_lea
     let proxy = support::proxy::FreezingProxy::start(upstream).await;
     let mut through_proxy = args(
         &s,
-        &["--leader-elect", &format!("--leader-elect-namespace={}", s.ns), "--leader-elect-lease-duration=6s"],
+        &["--leader-elect", &format!("--leader-elect-resource-namespace={}", s.ns), "--leader-elect-lease-duration=6s"],
     );
     through_proxy[0] = format!("--kubeconfig={}", kubeconfig_via(proxy.address, &s.ns).display());
     let frozen = Controller::start(&through_proxy);
@@ -215,7 +219,7 @@ async fn a_leader_whose_connection_freezes_steps_down_before_anyone_else_may_lea
 async fn a_second_process_with_the_same_leader_identity_refuses_to_start() {
     let s = Scenario::new("identity").await;
     let same = ["--leader-elect", "--leader-elect-identity=twin", "--leader-elect-lease-duration=6s"];
-    let namespace = format!("--leader-elect-namespace={}", s.ns);
+    let namespace = format!("--leader-elect-resource-namespace={}", s.ns);
     let first = Controller::start(&args(&s, &[same[0], same[1], same[2], &namespace]));
     wait_single_leader(&[&first]).await;
     let mut second = Controller::start(&args(&s, &[same[0], same[1], same[2], &namespace]));
