@@ -32,8 +32,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## manifests: render deploy/ from the chart's default values (a test fails when it is stale)
+## manifests: render deploy/ from the chart's default values and the chart's README from values.yaml (tests fail when either is stale)
 manifests: tools
+	$(CARGO) run --quiet -p testbed -- values-docs charts/local-registry-publisher > charts/local-registry-publisher/README.md
 	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
 	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \
 	    --namespace local-registry-publisher --no-hooks; } > deploy/local-registry-publisher.yaml

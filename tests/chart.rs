@@ -60,7 +60,7 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
     let args = controller_args(&rendered);
     for expected in [
         "--leader-elect",
-        "--leader-elect-lease-name=lrp-local-registry-publisher",
+        "--leader-elect-resource-name=lrp-local-registry-publisher",
         "--node-address=internal-ip",
         "--help-url=https://minikube.sigs.k8s.io/docs/handbook/registry/",
         "--log-format=json",
@@ -87,7 +87,7 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
         "runAsNonRoot: true",
         "readOnlyRootFilesystem: true",
         "allowPrivilegeEscalation: false",
-        "drop: [ALL]",
+        "- ALL",
         "type: RuntimeDefault",
         "path: /healthz",
         "path: /readyz",
@@ -137,12 +137,66 @@ fn the_uninstall_hook_stops_the_controller_first_and_is_scheduled_like_it() {
         "the Deployment's selector {selector:?} must not select the hook's pod {hook_labels:?}"
     );
     let args = hook_pod["spec"]["containers"][0]["args"].as_array().expect("args");
-    assert!(
-        args.contains(&json!("--withdraw")) && args.contains(&json!("--stop-deployment=lrp-local-registry-publisher"))
-    );
+    assert_eq!(args[..2], [json!("withdraw"), json!("--stop-deployment=lrp-local-registry-publisher")]);
     assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate", "one replica without election: no overlap");
     let elected = ok(tool("helm", &["template", "lrp", &chart, "--set", "leaderElection.enabled=true"]));
     assert_eq!(rendered_objects(&elected, "Deployment")[0]["spec"]["strategy"]["type"], "RollingUpdate");
+}
+
+#[test]
+fn the_chart_follows_helm_conventions_names_labels_digest_and_tunable_pod_settings() {
+    let chart = chart();
+    let render = |sets: &[&str]| {
+        let mut args = vec!["template", "lrp", chart.as_str(), "-n", "tools"];
+        args.extend(sets.iter().flat_map(|set| ["--set", *set]));
+        ok(tool("helm", &args))
+    };
+    let defaults = render(&[]);
+    let deployment = &rendered_objects(&defaults, "Deployment")[0];
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(deployment["metadata"]["labels"]["app.kubernetes.io/component"], "controller");
+    assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/component"], "controller");
+    assert!(deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"].is_null(), "immutable");
+    let job = &rendered_objects(&defaults, "Job")[0];
+    assert_eq!(job["metadata"]["labels"]["app.kubernetes.io/component"], "uninstall-hook");
+    assert_eq!(pod["spec"]["containers"][0]["image"], "local-registry-publisher:0.1.0");
+    assert_eq!(pod["spec"]["securityContext"]["runAsUser"], 65532, "defaults unchanged");
+    assert_eq!(pod["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"], "/healthz");
+
+    let digest = format!("image.digest=sha256:{}", "a".repeat(64));
+    let custom = render(&[
+        "fullnameOverride=registry-hosting",
+        &digest,
+        "podSecurityContext.runAsUser=null",
+        "podSecurityContext.runAsGroup=null",
+        "securityContext.readOnlyRootFilesystem=true",
+        "livenessProbe.periodSeconds=30",
+        "readinessProbe.failureThreshold=2",
+    ]);
+    let deployment = &rendered_objects(&custom, "Deployment")[0];
+    let spec = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["metadata"]["name"], "registry-hosting");
+    assert_eq!(spec["containers"][0]["image"], format!("local-registry-publisher@sha256:{}", "a".repeat(64)));
+    assert!(spec["securityContext"]["runAsUser"].is_null(), "OpenShift's SCC assigns the UID: {spec}");
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(spec["containers"][0]["livenessProbe"]["periodSeconds"], 30);
+    assert_eq!(spec["containers"][0]["livenessProbe"]["httpGet"]["path"], "/healthz", "the path stays ours");
+    assert_eq!(spec["containers"][0]["readinessProbe"]["failureThreshold"], 2);
+    let hook = &rendered_objects(&custom, "Job")[0]["spec"]["template"]["spec"];
+    assert_eq!(hook["containers"][0]["image"], spec["containers"][0]["image"]);
+    assert!(hook["containers"][0]["args"].as_array().unwrap().contains(&json!("--stop-deployment=registry-hosting")));
+
+    let renamed = render(&["nameOverride=hosting"]);
+    let deployment = &rendered_objects(&renamed, "Deployment")[0];
+    assert_eq!(deployment["metadata"]["name"], "lrp-hosting");
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "hosting");
+
+    for (value, needle) in [("image.digest=latest", "/image/digest"), ("livenessProbe.periodSecond=1", "periodSecond")]
+    {
+        let output = tool("helm", &["template", "lrp", &chart, "--set", value]);
+        assert!(!output.status.success(), "{value} was accepted");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(needle), "{value}");
+    }
 }
 
 #[test]
@@ -177,6 +231,9 @@ fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     let committed = std::fs::read_to_string(root().join("deploy/local-registry-publisher.yaml")).expect("deploy/");
     let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
     assert_eq!(body, rendered, "deploy/ is stale: run `make manifests`");
+    let readme = std::fs::read_to_string(root().join("charts/local-registry-publisher/README.md")).expect("README");
+    let generated = testbed::values_docs::render(Path::new(&chart())).expect("every value is documented");
+    assert_eq!(readme, generated, "the chart's README is stale: run `make manifests`");
     let cargo = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
     let chart_yaml = std::fs::read_to_string(root().join("charts/local-registry-publisher/Chart.yaml")).expect("Chart");
     let version = cargo.lines().find_map(|l| l.strip_prefix("version = ")).expect("crate version").trim_matches('"');
@@ -310,9 +367,9 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     let replica = || {
         Controller::start(&[
             format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--leader-elect-namespace={ns}"),
+            format!("--leader-elect-resource-namespace={ns}"),
             "--leader-elect".into(),
-            "--leader-elect-lease-name=rbac-local-registry-publisher".into(),
+            "--leader-elect-resource-name=rbac-local-registry-publisher".into(),
             "--leader-elect-lease-duration=5s".into(),
             "--no-builtin-registries".into(),
         ])
@@ -419,11 +476,17 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     assert!(reader_public.get("local-registry-hosting").await.is_ok(), "in-cluster readers can get it");
     forbidden(reader_public.get("not-there").await.map(|_: ConfigMap| ()), "reading other ConfigMaps in kube-public");
 
-    // The uninstall hook's --withdraw, as the same identity: our ConfigMap goes, a foreign one stays.
+    // The uninstall hook's `withdraw`, as the same identity: our ConfigMap goes, a foreign one stays. Charts before
+    // the subcommand ran the hidden --withdraw flag, which still works (the foreign case below uses it).
     drop(survivor);
     let withdraw = |extra: &[&str]| {
         let mut command = std::process::Command::new(support::binary::BINARY);
-        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("--withdraw").args(extra);
+        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("withdraw").args(extra);
+        command.output().expect("run withdraw")
+    };
+    let old_flag = || {
+        let mut command = std::process::Command::new(support::binary::BINARY);
+        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("--withdraw");
         command.output().expect("run --withdraw")
     };
     let output = withdraw(&[]);
@@ -433,7 +496,7 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}}))
     .unwrap();
     public.create(&PostParams::default(), &foreign).await.expect("a foreign ConfigMap");
-    let output = withdraw(&[]);
+    let output = old_flag();
     assert!(output.status.success() && String::from_utf8_lossy(&output.stderr).contains("another tool wrote it"));
     assert!(
         public.get_opt("local-registry-hosting").await.unwrap().is_some(),

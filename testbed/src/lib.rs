@@ -13,6 +13,7 @@ pub mod node;
 mod pki;
 mod process;
 mod tools;
+pub mod values_docs;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

@@ -7,6 +7,7 @@ use testbed::ControlPlane;
 
 const USAGE: &str = "usage: testbed up [--real-node] | testbed demo <path to local-registry-publisher>
        testbed image <release binary> <output directory>
+       testbed values-docs <chart directory>
 
 Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 with one simulated node) on free loopback ports, prints its KUBECONFIG, and runs until Ctrl-C or SIGTERM, then
@@ -19,6 +20,8 @@ cgroups, and says which is missing.
 `image` writes the controller's OCI image (layout directory and archive) without a Docker engine: the binary,
 the libraries it links, and the Dockerfile's user, entrypoint, port and labels.
 
+`values-docs` prints the chart's README, generated from the comments in its values.yaml.
+
 `demo` starts the same control plane, deploys a sample registry, runs the controller, prints what it
 publishes, changes the registry's nodePort, shows the ConfigMap follow, and stops everything.";
 
@@ -29,6 +32,16 @@ fn main() -> ExitCode {
         ["up", "--real-node"] => up(testbed::Options { real_node: true }),
         ["demo", controller] => demo(std::path::Path::new(controller)),
         ["image", binary, out] => image(std::path::Path::new(binary), std::path::Path::new(out)),
+        ["values-docs", chart] => match testbed::values_docs::render(std::path::Path::new(chart)) {
+            Ok(readme) => {
+                print!("{readme}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("testbed: {error}");
+                ExitCode::FAILURE
+            }
+        },
         ["-h" | "--help" | "help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS

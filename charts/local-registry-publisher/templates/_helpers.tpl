@@ -1,23 +1,51 @@
-{{/* The release's full name, at most 63 characters. */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "lrp.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name, at most 63 characters: fullnameOverride, else <release>-<name> (or just the release
+name when it already contains the name). */}}
 {{- define "lrp.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "lrp.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/* Labels of the controller's objects (component "controller"). */}}
 {{- define "lrp.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "lrp.commonLabels" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{/* Labels every object of the release carries, without a component. */}}
+{{- define "lrp.commonLabels" -}}
+{{ include "lrp.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: local-registry-publisher
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* The Deployment's selector: fixed for a release's life, so it carries no component or version. */}}
 {{- define "lrp.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "lrp.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* repository:tag, or repository@digest when image.digest is set (the tag is then ignored). */}}
+{{- define "lrp.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "lrp.serviceAccountName" -}}
