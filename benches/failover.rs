@@ -31,7 +31,7 @@ async fn main() {
             format!("--kubeconfig={}", plane.kubeconfig().display()),
             format!("--watch-namespaces={ns}"),
             format!("--configmap-namespace={ns}"),
-            format!("--leader-elect-namespace={ns}"),
+            format!("--leader-elect-resource-namespace={ns}"),
             "--leader-elect".into(),
             "--log-level=warn".into(),
         ])

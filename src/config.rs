@@ -51,11 +51,11 @@ pub struct Args {
     pub stop_deployment: Option<String>,
 
     /// Log format.
-    #[arg(long, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
     /// Log level or tracing filter (error, warn, info, debug, trace, or e.g. "info,kube=debug"); RUST_LOG wins.
-    #[arg(long, env = "LRP_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
+    #[arg(long, global = true, env = "LRP_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
     pub log_level: String,
 }
 
@@ -480,6 +480,12 @@ mod tests {
 
     #[test]
     fn withdraw_is_a_command_and_the_old_flag_still_works() {
+        // Exactly what the chart's uninstall hook runs.
+        let hook = ["withdraw", "--stop-deployment=lrp", "--configmap-namespace=kube-public"];
+        let args =
+            parse(&[&hook[..], &["--configmap-name=local-registry-hosting", "--log-format=json"]].concat()).unwrap();
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.publish.configmap_namespace, "kube-public");
         let command = parse(&["withdraw", "--stop-deployment=lrp"]).unwrap().command;
         assert!(matches!(command, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
         let old = parse(&["--withdraw", "--stop-deployment=lrp"]).unwrap();
