@@ -1,14 +1,19 @@
 //! local-registry-publisher keeps `kube-public/local-registry-hosting` (KEP-1755) true to the registry that runs in
 //! the cluster, so Tilt, Skaffold, ctlptl and in-cluster builders find it with no configuration.
 //!
+//! - [`settings`]: what the pure core is told, a plain value.
 //! - [`hosting`]: the `localRegistryHosting.v1` document and the rules its values must pass.
 //! - [`registry`]: which Services are registries and what each would publish (pure).
 //! - [`plan`]: what to write, given the registries and what is published (pure).
-//! - [`controller`]: watches, the reconcile loop, Events.
-//! - [`leader`]: leader election on a Lease; [`http`]: health probes and metrics; [`metrics`];
-//!   [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
-//! - [`config`]: flags; [`app`]: wiring for the binary; [`withdraw`]: the chart's uninstall hook.
+//! - [`controller`]: watches, the reconcile loop, Events, every ConfigMap write, the uninstall hook's `withdraw`.
+//! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
+//!   endpoints; [`metrics`]; [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
+//! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace.
+//! - [`config`]: flags; [`app`]: wiring for the binary.
 //! - [`cli`]: `get` and `render` for registry users; [`readers`]: what each known reader makes of a document.
+//!
+//! One monotonic clock, tokio's `Instant`, times everything; wall time appears only in the timestamps /metrics
+//! reports. docs/architecture.md maps the modules and the watches.
 #![forbid(unsafe_code)]
 
 pub mod app;
