@@ -308,7 +308,7 @@ fn parse_label_selector(value: &str) -> Result<String, String> {
     Ok(value.to_string())
 }
 
-/// Whether `labels` satisfy a label selector that [`parse_label_selector`] accepted, as the API server evaluates it
+/// Whether `labels` satisfy a label selector that `--registry-selector` accepted, as the API server evaluates it
 /// (for `render`, which has no API server).
 pub fn selector_matches(selector: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
     split_requirements(selector).into_iter().map(str::trim).all(|requirement| {
