@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 
 use crate::cli::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
@@ -90,6 +91,7 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
         Action::Apply { source, .. } => source.clone(),
         _ => None,
     };
+    let events = controller_events(&client, registries.iter().map(|r| r.id.namespace.as_str())).await;
     for registry in &registries {
         let state = format!(
             "{}, priority {}, {}, {}",
@@ -111,7 +113,7 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
             said.join("; ")
         };
         println!("  {} ({state}): {verdict}", registry.id);
-        if let Some((reason, note)) = last_event(&client, &registry.id).await {
+        if let Some((reason, note)) = last_event(&events, &registry.id) {
             println!("    the controller's last Event on it: {reason}: {note}");
         }
     }
@@ -156,40 +158,62 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     }
 }
 
-/// The newest Event a running controller recorded on a registry Service: proof that one is at work, and what it said.
-async fn last_event(client: &Client, id: &registry::ServiceId) -> Option<(String, String)> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &id.namespace);
-    let list = events.list(&ListParams::default()).await.ok()?;
-    list.items
-        .into_iter()
-        .filter(|e| e.reporting_controller.as_deref() == Some(crate::plan::MANAGER))
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()))
-        .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+type Event = k8s_openapi::api::events::v1::Event;
+
+/// The Events this controller recorded in each of `namespaces`, one list per namespace.
+async fn controller_events<'a>(
+    client: &Client,
+    namespaces: impl Iterator<Item = &'a str>,
+) -> std::collections::BTreeMap<String, Vec<Event>> {
+    let mut found = std::collections::BTreeMap::new();
+    for namespace in namespaces.collect::<std::collections::BTreeSet<_>>() {
+        let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+        let ours = api.list(&ListParams::default()).await.map(|list| list.items).unwrap_or_default();
+        let ours = ours.into_iter().filter(|e| e.reporting_controller.as_deref() == Some(crate::plan::MANAGER));
+        found.insert(namespace.to_string(), ours.collect());
+    }
+    found
 }
 
-/// Controller pods (the chart's label), and who holds their Leases.
+/// The newest Event a running controller recorded on a registry Service: proof that one is at work, and what it said.
+fn last_event(
+    events: &std::collections::BTreeMap<String, Vec<Event>>,
+    id: &registry::ServiceId,
+) -> Option<(String, String)> {
+    events
+        .get(&id.namespace)?
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()))
+        .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
+        .map(|e| (e.reason.clone().unwrap_or_default(), e.note.clone().unwrap_or_default()))
+}
+
+/// The chart's controller pods, whatever the release or name overrides, and the Leases they hold.
+const CONTROLLER_PODS: &str =
+    "app.kubernetes.io/part-of=local-registry-publisher,app.kubernetes.io/component=controller";
+
+/// Controller pods and who holds their Leases.
 async fn controllers(client: &Client) {
     let pods: Api<Pod> = Api::all(client.clone());
-    let selector = ListParams::default().labels("app.kubernetes.io/name=local-registry-publisher");
-    let Ok(list) = pods.list(&selector).await else {
+    let Ok(list) = pods.list(&ListParams::default().labels(CONTROLLER_PODS)).await else {
         println!("  controller pods: cannot list pods with this identity");
         return;
     };
     if list.items.is_empty() {
-        println!("  controller pods: none found with label app.kubernetes.io/name=local-registry-publisher");
+        println!("  controller pods: none found with labels {CONTROLLER_PODS}");
     }
     for pod in &list.items {
         let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
         println!("  controller pod {}/{}: {phase}", pod.namespace().unwrap_or_default(), pod.name_any());
     }
+    // A leader's identity is its pod name and a random suffix (see `pod::name`), so its Lease is found by holder.
+    let held_by_a_pod = |holder: &str| list.items.iter().any(|p| holder.starts_with(&format!("{}_", p.name_any())));
     let namespaces: std::collections::BTreeSet<String> = list.items.iter().filter_map(|p| p.namespace()).collect();
     for namespace in namespaces {
         let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
         for lease in leases.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-            if lease.name_any().contains("local-registry-publisher") {
-                let holder =
-                    lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_else(|| "nobody".into());
+            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            if held_by_a_pod(&holder) {
                 println!("  leader Lease {namespace}/{}: held by {holder}", lease.name_any());
             }
         }
@@ -199,9 +223,8 @@ async fn controllers(client: &Client) {
 /// Runs `local-registry-publisher probe <address>` in a short-lived pod and prints its answer.
 async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> bool {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &from.namespace);
-    let name = format!("registry-doctor-{:x}", Instant::now().elapsed().as_nanos() as u32 ^ std::process::id());
     let pod: Pod = match serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "registry-doctor"}},
+        "metadata": {"generateName": "registry-doctor-", "labels": {"app.kubernetes.io/component": "registry-doctor"}},
         "spec": {
             "restartPolicy": "Never",
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -216,20 +239,24 @@ async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> b
             return false;
         }
     };
-    if let Err(error) = pods.create(&PostParams::default(), &pod).await {
-        println!("  cannot start a probe pod in {}: {error}", from.namespace);
-        return false;
-    }
-    println!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
-    let deadline = Instant::now() + CLUSTER_TIMEOUT;
-    let mut phase = String::new();
-    while Instant::now() < deadline {
-        phase = pods.get_opt(&name).await.ok().flatten().and_then(|p| p.status?.phase).unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            break;
+    let name = match pods.create(&PostParams::default(), &pod).await {
+        Ok(created) => created.name_any(),
+        Err(error) => {
+            println!("  cannot start a probe pod in {}: {error}", from.namespace);
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    };
+    println!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
+    let finished = |pod: Option<&Pod>| {
+        let phase = pod.and_then(|p| p.status.as_ref()?.phase.as_deref());
+        matches!(phase, Some("Succeeded" | "Failed"))
+    };
+    let ended = tokio::time::timeout(CLUSTER_TIMEOUT, await_condition(pods.clone(), &name, finished)).await;
+    let phase = match ended {
+        Ok(Ok(Some(pod))) => pod.status.and_then(|s| s.phase).unwrap_or_default(),
+        // Timed out or lost: say where it got to.
+        _ => pods.get_opt(&name).await.ok().flatten().and_then(|p| p.status?.phase).unwrap_or_default(),
+    };
     let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
     let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
     match phase.as_str() {

@@ -249,6 +249,7 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
         report.contains("== From a pod") && report.contains(&format!("{cluster_host}: a registry answers over HTTP")),
         "{report}"
     );
+    assert!(report.contains("controller pod lrp-system/lrp-local-registry-publisher-"), "the chart's pod: {report}");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let left = pods.list(&kube::api::ListParams::default().labels("app.kubernetes.io/component=registry-doctor")).await;
     assert!(
