@@ -52,7 +52,7 @@ pub async fn get(client: Client, settings: &Settings, output: OutputFormat) -> E
         }
     };
     let existing = configmap.as_ref().map(Existing::from_configmap);
-    let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned());
+    let text = existing.as_ref().and_then(|e| e.text.clone());
     let report = Report {
         configmap: target.clone(),
         writer: existing.as_ref().and_then(|e| e.writer.clone()),

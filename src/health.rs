@@ -41,6 +41,10 @@ impl Default for Health {
 }
 
 impl Health {
+    fn millis_since_start(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     pub fn beat(&self) {
         self.heartbeat.store(self.millis_since_start(), Ordering::Release);
     }
@@ -100,11 +104,5 @@ impl Health {
             return Err("the API server refuses every write of the ConfigMap (see the PublishFailed Events)");
         }
         Ok(())
-    }
-}
-
-impl Health {
-    fn millis_since_start(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }

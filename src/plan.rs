@@ -203,9 +203,7 @@ fn help_only(registries: &[&Registry], settings: &Settings) -> Option<LocalRegis
 /// The ConfigMap to server-side apply for `document`; with none, an apply that gives up our key (server-side apply
 /// removes a field its only manager no longer sets) and keeps our label.
 pub fn desired_configmap(document: Option<&LocalRegistryHostingV1>, settings: &Settings) -> ConfigMap {
-    let mut configmap = ConfigMap::default();
-    configmap.metadata.name = Some(settings.configmap_name.clone());
-    configmap.metadata.namespace = Some(settings.configmap_namespace.clone());
+    let mut configmap = released_configmap(settings);
     configmap.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGER.to_string())]));
     configmap.data = document.map(|document| BTreeMap::from([(DATA_KEY.to_string(), document.render())]));
     configmap

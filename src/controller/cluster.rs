@@ -74,7 +74,9 @@ impl Watches {
         watches
     }
 
-    pub(super) fn follow(&mut self, interest: &Interest) {
+    /// Runs exactly the watches `interest` needs; returns whether every watch has listed, so a snapshot taken now
+    /// is complete.
+    pub(super) fn follow(&mut self, interest: &Interest) -> bool {
         self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
         self.pods.follow(
             interest.pod_selectors.iter().map(|(ns, selector)| WatchKey::in_namespace(Some(ns)).labels(selector)),
@@ -83,6 +85,7 @@ impl Watches {
             WatchKey::in_namespace(Some(&id.namespace)).labels(format!("kubernetes.io/service-name={}", id.name))
         }));
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
+        self.synced()
     }
 
     /// Every watch set, for questions asked of all of them.
@@ -103,7 +106,7 @@ impl Watches {
         ]
     }
 
-    pub(super) fn synced(&self) -> bool {
+    fn synced(&self) -> bool {
         self.all().iter().all(|w| w.synced())
     }
 

@@ -68,20 +68,17 @@ impl Error {
 /// What the controller's own watches see right now, once every watch the current registries need has synced: the
 /// same snapshot a reconcile pass decides on (for `doctor`).
 pub async fn snapshot(client: &Client, settings: &Settings) -> (registry::Cluster, Option<Existing>) {
-    let signals = Signals { changed: Arc::new(Notify::new()), metrics: Metrics::default(), health: Arc::default() };
+    let changed = Arc::new(Notify::new());
+    let signals = Signals { changed: changed.clone(), metrics: Metrics::default(), health: Arc::default() };
     let mut watches = Watches::new(client, &signals, settings);
-    let mut interest = None;
     loop {
-        let synced = watches.synced();
         let cluster = watches.snapshot();
-        let wanted = registry::interest(&cluster, settings);
-        if synced && interest.as_ref() == Some(&wanted) {
+        if watches.follow(&registry::interest(&cluster, settings)) {
             let existing = watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
             return (cluster, existing);
         }
-        watches.follow(&wanted);
-        interest = Some(wanted);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Every watch wakes this when it has listed.
+        changed.notified().await;
     }
 }
 
@@ -230,8 +227,7 @@ impl Publisher {
             };
             let cluster = self.watches.snapshot();
             let candidates = registry::survey(&cluster, &self.settings);
-            self.watches.follow(&candidates.interest(&self.settings));
-            let synced = self.watches.synced();
+            let synced = self.watches.follow(&candidates.interest(&self.settings));
             self.context.health.set_synced(synced);
             if !synced {
                 // Not a pass yet: a watch the registries need is still listing, and wakes us when it is done.
