@@ -35,21 +35,16 @@ pub enum Error {
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
     let settings = args.publish.settings();
-    let withdrawal = match &args.command {
-        Some(Command::Withdraw { stop_deployment }) => Some(stop_deployment.as_deref()),
-        _ if args.withdraw => Some(args.stop_deployment.as_deref()),
-        _ => None,
-    };
-    if let Some(stop_deployment) = withdrawal {
-        return match client(&args).await {
-            Ok(client) => withdraw(client, &settings, stop_deployment).await,
-            Err(error) => {
-                error!("{error}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    match &args.command {
+    match &args.effective_command() {
+        Some(Command::Withdraw { stop_deployment }) => {
+            return match client(&args).await {
+                Ok(client) => withdraw(client, &settings, stop_deployment.as_deref()).await,
+                Err(error) => {
+                    error!("{error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some(Command::Render { filename }) => return crate::cli::render(filename, &settings),
         Some(Command::Probe { address }) => {
             let result = crate::probe::probe(address).await;
@@ -70,7 +65,7 @@ pub async fn run(args: Args) -> ExitCode {
                 Err(error) => unreachable_cluster(&error),
             };
         }
-        Some(Command::Withdraw { .. }) | None => {}
+        None => {}
     }
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,

@@ -213,6 +213,17 @@ pub enum LogFormat {
     Json,
 }
 
+impl Args {
+    /// The command to run; `None` runs the controller. The hidden `--withdraw` flag of older charts is the
+    /// `withdraw` command.
+    pub fn effective_command(&self) -> Option<Command> {
+        if self.withdraw {
+            return Some(Command::Withdraw { stop_deployment: self.stop_deployment.clone() });
+        }
+        self.command.clone()
+    }
+}
+
 impl PublishArgs {
     /// The core's settings from the (already validated) flags.
     pub fn settings(&self) -> Settings {
@@ -488,8 +499,8 @@ mod tests {
         assert_eq!(args.publish.configmap_namespace, "kube-public");
         let command = parse(&["withdraw", "--stop-deployment=lrp"]).unwrap().command;
         assert!(matches!(command, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
-        let old = parse(&["--withdraw", "--stop-deployment=lrp"]).unwrap();
-        assert!(old.withdraw && old.stop_deployment.as_deref() == Some("lrp"));
+        let old = parse(&["--withdraw", "--stop-deployment=lrp"]).unwrap().effective_command();
+        assert!(matches!(old, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
         assert_eq!(parse(&["--stop-deployment=lrp"]).unwrap_err().exit_code(), 2, "needs --withdraw");
     }
 
