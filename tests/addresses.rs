@@ -105,21 +105,6 @@ async fn a_host_override_keeps_the_runtime_value_at_the_node_port() {
 }
 
 #[tokio::test]
-async fn an_external_name_with_its_root_dot_is_published_without_it() {
-    let s = Scenario::new("dot").await;
-    let _run = s.start();
-    let spec = json!({"type": "ExternalName", "externalName": "registry.example.", "ports": [{"port": 5000}]});
-    s.apply(service("ext", registry_label(), json!({}), spec)).await;
-    let document = s
-        .wait_published("the normalised ExternalName", |d| {
-            d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some("registry.example:5000")
-        })
-        .await;
-    assert!(document.is_some());
-    assert!(s.events_for("ext").await.iter().all(|(kind, _, _)| kind != "Warning"), "{:?}", s.events_for("ext").await);
-}
-
-#[tokio::test]
 async fn withdrawing_removes_only_our_key_when_another_writer_shares_the_configmap() {
     let s = Scenario::new("shared").await;
     let _run = s.start();

@@ -204,15 +204,17 @@ async fn a_host_port_on_the_registry_pods_is_reached_at_the_node_address() {
     assert_eq!(published.host_from_container_runtime.as_deref(), Some("127.0.0.1:5001"));
 }
 
-// 3. Values: ExternalName.
+// 3. Values: ExternalName, published without the root dot it may be written with, and without complaint.
 #[tokio::test]
 async fn an_external_name_service_publishes_its_external_name() {
     let s = Scenario::new("external").await;
     let _run = s.start();
-    let spec = json!({"type": "ExternalName", "externalName": "registry.corp.example", "ports": [{"port": 5000}]});
+    let spec = json!({"type": "ExternalName", "externalName": "registry.corp.example.", "ports": [{"port": 5000}]});
     s.apply(service("corp", registry_label(), json!({}), spec)).await;
     let published = s.wait_published("the external name", |d| d.is_some()).await.unwrap();
     assert_eq!(published.host_from_cluster_network.as_deref(), Some("registry.corp.example:5000"));
+    let events = s.events_for("corp").await;
+    assert!(events.iter().all(|(kind, _, _)| kind != "Warning"), "{events:?}");
 }
 
 // 4. Output
