@@ -450,13 +450,9 @@ mod tests {
             cluster.nodes.push(node);
             cluster
         };
-        let literal = |address: &str| Settings {
-            node_address: <crate::config::Args as clap::Parser>::try_parse_from(["x", "--node-address", address])
-                .expect("a valid node address")
-                .publish
-                .node_address,
-            ..Settings::default()
-        };
+        // As the flag's parser leaves them (tested in config): IPv6 in brackets.
+        let literal =
+            |address: &str| Settings { node_address: NodeAddress::Literal(address.into()), ..Settings::default() };
         let host_of = |cluster: Cluster, settings: &Settings| publish(&cluster, settings).map(|d| d.host);
         let defaults = Settings::default();
         for (name, host, expected) in [
@@ -467,8 +463,8 @@ mod tests {
                 "172.18.0.50:5000",
             ),
             ("name over IPv6", host_of(lb(&["fd00:10::200", "lb.example"]), &defaults), "lb.example:5000"),
-            ("IPv6 node address flag", host_of(labelled(nodeport()), &literal("fd00::1")), "[fd00::1]:30500"),
-            ("IPv6 loopback flag", host_of(labelled(nodeport()), &literal("::1")), "[::1]:30500"),
+            ("IPv6 node address flag", host_of(labelled(nodeport()), &literal("[fd00::1]")), "[fd00::1]:30500"),
+            ("IPv6 loopback flag", host_of(labelled(nodeport()), &literal("[::1]")), "[::1]:30500"),
             ("IPv6-only node", host_of(on_node(dual_stack_node("node-a", &["fd00::7"])), &internal), "[fd00::7]:30500"),
             (
                 "dual-stack node",
