@@ -46,6 +46,12 @@ async fn wait_port(scenario: &Scenario, port: u16) -> Duration {
     started.elapsed()
 }
 
+/// Whether the replica's metrics count an apply: at once, or as soon as it has the API server's answer (the test's
+/// watch can see the ConfigMap before the writer does).
+async fn counted_a_write(replica: &Controller) -> bool {
+    wait_until(SOON, || async { replica.metric(APPLIES).filter(|n| *n >= 1.0) }).await.is_some()
+}
+
 /// Waits until exactly one of `replicas` reports leading, and returns its index.
 async fn wait_single_leader(replicas: &[&Controller]) -> usize {
     let leader = wait_until(SOON, || async {
@@ -64,7 +70,7 @@ async fn two_replicas_one_writes_and_the_other_takes_over_when_the_leader_dies_o
     wait_port(&s, 5000).await;
     let leader = wait_single_leader(&[&a, &b]).await;
     let (mut leader, follower) = if leader == 0 { (a, b) } else { (b, a) };
-    assert!(leader.metric(APPLIES).unwrap_or(0.0) >= 1.0, "the leader wrote");
+    assert!(counted_a_write(&leader).await, "the leader wrote");
     assert_eq!(follower.metric(APPLIES).unwrap_or(0.0), 0.0, "the follower never writes");
 
     // kill -9: nothing is released, so the follower waits out the lease.
@@ -73,7 +79,7 @@ async fn two_replicas_one_writes_and_the_other_takes_over_when_the_leader_dies_o
     s.apply(registry_on_port(5001)).await;
     let failover = wait_port(&s, 5001).await;
     assert_eq!(follower.metric(LEADER), Some(1.0));
-    assert!(follower.metric(APPLIES).unwrap_or(0.0) >= 1.0, "the new leader wrote");
+    assert!(counted_a_write(&follower).await, "the new leader wrote");
     println!("failover after SIGKILL of the leader: {:.1} s (lease 6 s)", failover.as_secs_f64());
 
     // SIGTERM: the leader releases the Lease and a new replica takes over at once.
@@ -113,7 +119,12 @@ async fn probes_and_metrics_report_what_happens() {
         .unwrap_or(0.0);
     s.apply(registry_on_port(5000)).await;
     wait_port(&s, 5000).await;
-    let (status, text) = controller.get("/metrics").expect("metrics");
+    // The test's own watch may see the ConfigMap before the controller has the API server's answer to its write.
+    let scraped = wait_until(SOON, || async {
+        controller.get("/metrics").filter(|(_, text)| text.contains("local_registry_publisher_published_info{"))
+    })
+    .await;
+    let (status, text) = scraped.expect("the published values reach /metrics");
     assert_eq!(status, 200);
     let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
     let value = |name: &str| {

@@ -368,37 +368,37 @@ impl Publisher {
             Some(Existing { text: Some(_), .. }) => "(unparsable)".into(),
             _ => "(none)".into(),
         };
-        match action {
-            Action::Keep => Ok(None),
+        // Metrics and the log follow the API server's answer; then wait for our watch to show the write, so
+        // the next pass does not repeat it.
+        let left = match action {
+            Action::Keep => return Ok(None),
             Action::Apply { document, source } => {
                 let written = self.apply(Some(&document)).await?;
                 self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
                 info!(configmap = %target, %old, new = %document, %source, "published");
-                Ok(Some(Some(written)))
+                Some(written)
             }
             Action::RemoveKey => {
                 let written = self.apply(None).await?;
                 self.context.metrics.published(None, None);
                 info!(configmap = %target, %old, "withdrawn: removed our key; the other keys stay");
-                Ok(Some(Some(written)))
+                Some(written)
             }
             Action::Delete => {
                 if self.writer.delete(existing).await? {
                     self.context.metrics.published(None, None);
                     info!(configmap = %target, %old, "deleted: no registry and no help URL to publish");
                 }
-                self.await_echo(|cm| cm.is_none()).await;
-                Ok(Some(None))
+                None
             }
-        }
+        };
+        self.await_echo(|cm| cm.and_then(|c| c.resource_version()) == left).await;
+        Ok(Some(left))
     }
 
-    /// Server-side applies our part of the ConfigMap and waits for the watch to show it.
     async fn apply(&self, document: Option<&LocalRegistryHostingV1>) -> Result<String, Error> {
-        let written = self.writer.apply(&plan::desired_configmap(document, &self.settings)).await?;
-        self.await_echo(|cm| cm.and_then(|c| c.resource_version()).as_deref() == Some(written.as_str())).await;
-        Ok(written)
+        self.writer.apply(&plan::desired_configmap(document, &self.settings)).await
     }
 
     /// Waits until the ConfigMap watch shows our own write, so the next pass does not repeat it.
