@@ -114,14 +114,17 @@ async fn probes_and_metrics_report_what_happens() {
     assert!(ready.is_some(), "/readyz turns ok; logs:\n{}", controller.logs());
     assert_eq!(controller.get("/healthz").map(|(code, _)| code), Some(200));
 
-    let before = controller
-        .metric("controller_runtime_reconcile_total{controller=\"local-registry-publisher\",result=\"success\"}")
-        .unwrap_or(0.0);
+    const SUCCESSES: &str =
+        "controller_runtime_reconcile_total{controller=\"local-registry-publisher\",result=\"success\"}";
+    let before = controller.metric(SUCCESSES).unwrap_or(0.0);
     s.apply(registry_on_port(5000)).await;
     wait_port(&s, 5000).await;
-    // The test's own watch may see the ConfigMap before the controller has the API server's answer to its write.
+    // The test's own watch can see the ConfigMap before the controller has the API server's answer to its write,
+    // and a pass is counted when it ends: scrape once both have happened.
     let scraped = wait_until(SOON, || async {
-        controller.get("/metrics").filter(|(_, text)| text.contains("local_registry_publisher_published_info{"))
+        let counted = controller.metric(SUCCESSES).is_some_and(|n| n > before);
+        let scrape = controller.get("/metrics")?;
+        (counted && scrape.1.contains("local_registry_publisher_published_info{")).then_some(scrape)
     })
     .await;
     let (status, text) = scraped.expect("the published values reach /metrics");
@@ -156,12 +159,13 @@ async fn probes_and_metrics_report_what_happens() {
     assert_eq!(value("leader_election_master_status"), 1.0, "a single replica without election leads");
 
     // One JSON info line per published change, with old and new values and the source Service.
-    let published: Vec<serde_json::Value> = controller
-        .logs()
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .filter(|line: &serde_json::Value| line["fields"]["message"] == "published")
-        .collect();
+    let published_lines = || -> Vec<serde_json::Value> {
+        let logs = controller.logs();
+        let lines = logs.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok());
+        lines.filter(|line| line["fields"]["message"] == "published").collect()
+    };
+    let logged = wait_until(SOON, || async { Some(published_lines()).filter(|lines| !lines.is_empty()) }).await;
+    let published = logged.unwrap_or_default();
     assert_eq!(published.len(), 1, "{}", controller.logs());
     assert_eq!(published[0]["fields"]["old"], "(none)");
     assert_eq!(published[0]["fields"]["source"], format!("{}/zot", s.ns));
