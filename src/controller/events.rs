@@ -6,11 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Duration;
 use tracing::{info, warn};
 
 use crate::plan::{MANAGER, Notice};
@@ -18,20 +22,63 @@ use crate::plan::{MANAGER, Notice};
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;
 
+/// How many Events are posted at once: enough that a thousand losing registries are told within a second or two,
+/// few enough not to crowd the API server.
+const CONCURRENT_POSTS: usize = 8;
+/// How long a stopping controller waits for the Events still being posted.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Hands each pass's notices to a background task, so a pass never waits for its Events: a change is published
+/// first, and losing registries are told right after, concurrently. Only the latest notices matter; a condition that
+/// came and went before it was told is not told.
 pub struct EventLog {
-    client: Client,
-    instance: String,
-    /// (regarding object, reason) -> the message last published.
-    said: BTreeMap<(String, &'static str), String>,
+    latest: watch::Sender<Vec<Notice>>,
+    task: JoinHandle<()>,
 }
 
 impl EventLog {
-    pub fn new(client: Client) -> Self {
-        Self { client, instance: crate::pod::name(), said: BTreeMap::new() }
+    pub fn start(client: Client) -> Self {
+        let (latest, receiver) = watch::channel(Vec::new());
+        let poster = Poster { client, instance: crate::pod::name(), said: BTreeMap::new() };
+        Self { latest, task: tokio::spawn(poster.run(receiver)) }
     }
 
-    pub async fn record(&mut self, notices: &[Notice]) {
+    /// What the current pass has to say; replaces what an earlier pass said and was not yet told.
+    pub fn record(&self, notices: Vec<Notice>) {
+        self.latest.send_replace(notices);
+    }
+
+    /// Posts what is still pending, for a stopping controller.
+    pub async fn finish(self) {
+        let Self { latest, task } = self;
+        drop(latest);
+        if tokio::time::timeout(FLUSH_TIMEOUT, task).await.is_err() {
+            warn!("stopped before every Event was recorded");
+        }
+    }
+}
+
+struct Poster {
+    client: Client,
+    instance: String,
+    said: BTreeMap<Key, String>,
+}
+
+/// (regarding object, reason), to the message last published for it.
+type Key = (String, &'static str);
+
+impl Poster {
+    async fn run(mut self, mut latest: watch::Receiver<Vec<Notice>>) {
+        while latest.changed().await.is_ok() {
+            let notices = latest.borrow_and_update().clone();
+            self.tell(&notices).await;
+        }
+    }
+
+    /// Posts each notice that is new or whose message changed, and forgets the ones that went away.
+    async fn tell(&mut self, notices: &[Notice]) {
         let mut current = BTreeSet::new();
+        let (mut untold, mut posts) = (Vec::new(), Vec::new());
         for notice in notices {
             let reference = &notice.regarding;
             let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
@@ -47,17 +94,32 @@ impl EventLog {
             } else {
                 info!(service = %object, reason = notice.reason, "{}", notice.message);
             }
-            match self.publish(notice, &namespace, &name).await {
-                Ok(()) => {
-                    self.said.insert(key, notice.message.clone());
-                }
-                Err(error) => warn!(service = %object, %error, "could not record an Event; will try again"),
-            }
+            let events = Api::<Event>::namespaced(self.client.clone(), &namespace);
+            // Owned items only: the posts run concurrently inside a spawned task.
+            posts.push((untold.len(), self.event(notice, &namespace, &name), object, events));
+            untold.push((key, notice.message.clone()));
         }
         self.said.retain(|key, _| current.contains(key));
+        let posted: Vec<Option<usize>> = futures::stream::iter(posts)
+            .map(|(i, event, object, events)| async move {
+                match events.create(&PostParams::default(), &event).await {
+                    Ok(_) => Some(i),
+                    Err(error) => {
+                        warn!(service = %object, %error, "could not record an Event; will try again");
+                        None
+                    }
+                }
+            })
+            .buffer_unordered(CONCURRENT_POSTS)
+            .collect()
+            .await;
+        for i in posted.into_iter().flatten() {
+            let (key, message) = &untold[i];
+            self.said.insert(key.clone(), message.clone());
+        }
     }
 
-    async fn publish(&self, notice: &Notice, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    fn event(&self, notice: &Notice, namespace: &str, name: &str) -> Event {
         let now = Timestamp::now();
         let mut note = notice.message.clone();
         if note.len() > NOTE_LIMIT {
@@ -78,7 +140,6 @@ impl EventLog {
         };
         event.metadata.namespace = Some(namespace.to_string());
         event.metadata.name = Some(format!("{name}.{:x}", now.as_nanosecond()));
-        Api::<Event>::namespaced(self.client.clone(), namespace).create(&PostParams::default(), &event).await?;
-        Ok(())
+        event
     }
 }

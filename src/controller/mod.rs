@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Client, ResourceExt};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -30,8 +30,9 @@ use crate::settings::Settings;
 use cluster::Watches;
 use watches::Signals;
 
-/// Changes that arrive this close together are handled in one pass.
-const SETTLE: Duration = Duration::from_millis(20);
+/// After a write, further changes for this long are taken together: the first change of a burst is published at
+/// once, the rest of the burst in one more write.
+const ABSORB: Duration = Duration::from_millis(20);
 /// How long to wait for our own write to come back through the ConfigMap watch.
 const ECHO_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -68,8 +69,7 @@ impl Error {
 /// What the controller's own watches see right now, once every watch the current registries need has synced: the
 /// same snapshot a reconcile pass decides on (for `doctor`).
 pub async fn snapshot(client: &Client, settings: &Settings) -> (registry::Cluster, Option<Existing>) {
-    let changed = Arc::new(Notify::new());
-    let signals = Signals { changed: changed.clone(), metrics: Metrics::default(), health: Arc::default() };
+    let signals = Signals::new(Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals, settings);
     loop {
         let cluster = watches.snapshot();
@@ -78,7 +78,7 @@ pub async fn snapshot(client: &Client, settings: &Settings) -> (registry::Cluste
             return (cluster, existing);
         }
         // Every watch wakes this when it has listed.
-        changed.notified().await;
+        signals.changed.notified().await;
     }
 }
 
@@ -166,32 +166,36 @@ pub struct Publisher {
     client: Client,
     settings: Settings,
     writer: ConfigMapWriter,
-    changed: Arc<Notify>,
+    signals: Signals,
     watches: Watches,
     readiness: Readiness,
     events: events::EventLog,
     context: Context,
     held_back: Option<String>,
     fights: fights::Fights,
+    /// When the last write was sent; changes soon after it are absorbed into one more pass.
+    last_write: Option<Instant>,
+    /// When the change this pass answers arrived, until its write is sent.
+    reacting_to: Option<Instant>,
 }
 
 impl Publisher {
     pub fn new(client: Client, settings: Settings, context: Context) -> Self {
-        let changed = Arc::new(Notify::new());
-        let signals =
-            Signals { changed: changed.clone(), metrics: context.metrics.clone(), health: context.health.clone() };
+        let signals = Signals::new(context.metrics.clone(), context.health.clone());
         let watches = Watches::new(&client, &signals, &settings);
         Self {
             writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
-            events: events::EventLog::new(client.clone()),
+            events: events::EventLog::start(client.clone()),
             client,
             settings,
-            changed,
+            signals,
             watches,
             readiness: Readiness::default(),
             context,
             held_back: None,
             fights: fights::Fights::default(),
+            last_write: None,
+            reacting_to: None,
         }
     }
 
@@ -213,8 +217,11 @@ impl Publisher {
             let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
-                () = self.changed.notified() => {
-                    tokio::time::sleep(SETTLE).await;
+                () = self.signals.changed.notified() => {
+                    // The leading edge of a burst is published at once; what follows a write waits out ABSORB.
+                    if let Some(until) = self.last_write.map(|w| w + ABSORB).filter(|u| *u > Instant::now()) {
+                        tokio::time::sleep_until(until).await;
+                    }
                     Trigger::Change
                 }
                 () = timer, if wake_at.is_some() => wake_at.take().map_or(Trigger::Recheck, |(_, why)| why),
@@ -235,6 +242,7 @@ impl Publisher {
                 continue;
             }
             let registries = candidates.registries(&self.settings);
+            self.reacting_to = self.signals.take_pending();
             let started = Instant::now();
             let span = info_span!("reconcile", trigger = trigger.label(), registries = registries.len());
             let outcome = self.reconcile(registries).instrument(span).await;
@@ -254,6 +262,7 @@ impl Publisher {
             };
         }
         drop(probe);
+        self.events.finish().await;
         info!("stopped");
     }
 
@@ -287,7 +296,7 @@ impl Publisher {
                     self.context.metrics.conflict();
                     notices.push(self.conflict_notice(existing.as_ref(), hold));
                 }
-                self.events.record(&notices).await;
+                self.events.record(notices);
                 let left = until.saturating_duration_since(now);
                 return Ok(Some(decision.recheck_after.map_or(left, |recheck| recheck.min(left))));
             }
@@ -309,7 +318,7 @@ impl Publisher {
                 notices.push(self.refusal_notice(error, regarding, existing.as_ref()));
             }
         }
-        self.events.record(&notices).await;
+        self.events.record(notices);
         written?;
         Ok(decision.recheck_after)
     }
@@ -373,28 +382,41 @@ impl Publisher {
         let left = match action {
             Action::Keep => return Ok(None),
             Action::Apply { document, source } => {
+                let reaction_us = self.sending_write();
                 let written = self.apply(Some(&document)).await?;
                 self.context.metrics.published(Some(&document), source.as_ref().map(ToString::to_string));
                 let source = source.map_or_else(|| "none (help only)".to_string(), |s| s.to_string());
-                info!(configmap = %target, %old, new = %document, %source, "published");
+                info!(configmap = %target, %old, new = %document, %source, reaction_us, "published");
                 Some(written)
             }
             Action::RemoveKey => {
+                let reaction_us = self.sending_write();
                 let written = self.apply(None).await?;
                 self.context.metrics.published(None, None);
-                info!(configmap = %target, %old, "withdrawn: removed our key; the other keys stay");
+                info!(configmap = %target, %old, reaction_us, "withdrawn: removed our key; the other keys stay");
                 Some(written)
             }
             Action::Delete => {
+                let reaction_us = self.sending_write();
                 if self.writer.delete(existing).await? {
                     self.context.metrics.published(None, None);
-                    info!(configmap = %target, %old, "deleted: no registry and no help URL to publish");
+                    info!(configmap = %target, %old, reaction_us, "deleted: no registry and no help URL to publish");
                 }
                 None
             }
         };
         self.await_echo(|cm| cm.and_then(|c| c.resource_version()) == left).await;
         Ok(Some(left))
+    }
+
+    /// Marks a write as sent now, and returns how many microseconds after its triggering change: the time this
+    /// controller adds between receiving a watch event and sending the write it calls for.
+    fn sending_write(&mut self) -> Option<u128> {
+        let now = Instant::now();
+        self.last_write = Some(now);
+        let reaction = now - self.reacting_to.take()?;
+        self.context.metrics.reacted(reaction);
+        Some(reaction.as_micros())
     }
 
     async fn apply(&self, document: Option<&LocalRegistryHostingV1>) -> Result<String, Error> {
@@ -404,11 +426,17 @@ impl Publisher {
     /// Waits until the ConfigMap watch shows our own write, so the next pass does not repeat it.
     async fn await_echo(&self, arrived: impl Fn(Option<&ConfigMap>) -> bool) {
         let deadline = Instant::now() + ECHO_TIMEOUT;
-        while Instant::now() < deadline {
+        loop {
+            // Registered before looking, so a change stored in between still wakes us.
+            let stored = self.signals.stored.notified();
+            futures::pin_mut!(stored);
+            stored.as_mut().enable();
             if arrived(self.watches.configmap.objects().first().map(AsRef::as_ref)) {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            if tokio::time::timeout_at(deadline, stored).await.is_err() {
+                return;
+            }
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
@@ -14,6 +14,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::backoff;
@@ -93,9 +94,37 @@ type ApiFor<K> = fn(Client, Option<&str>) -> Api<K>;
 /// Where every watch reports: a change to reconcile, a failure to count, the API server's reachability.
 #[derive(Clone)]
 pub struct Signals {
+    /// Wakes the reconcile loop; changes that arrive while it is busy are taken by its next pass.
     pub changed: Arc<Notify>,
+    /// Wakes every waiter on every stored change (the loop waiting for the echo of its own write).
+    pub stored: Arc<Notify>,
+    /// When the oldest change no pass has taken yet arrived: where the controller's reaction time starts.
+    pending_since: Arc<Mutex<Option<Instant>>>,
     pub metrics: Metrics,
     pub health: Arc<Health>,
+}
+
+impl Signals {
+    pub fn new(metrics: Metrics, health: Arc<Health>) -> Self {
+        Self { changed: Arc::default(), stored: Arc::default(), pending_since: Arc::default(), metrics, health }
+    }
+
+    /// A watch stored a change (or finished listing).
+    fn store_changed(&self) {
+        self.pending().get_or_insert_with(Instant::now);
+        self.changed.notify_one();
+        self.stored.notify_waiters();
+    }
+
+    /// When the oldest change not yet taken arrived, and takes it: the pass starting now covers it.
+    pub fn take_pending(&self) -> Option<Instant> {
+        self.pending().take()
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        // The guarded value is a plain timestamp, valid whatever a panicking holder was doing.
+        self.pending_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The watches of one resource kind.
@@ -104,6 +133,8 @@ pub struct WatchSet<K: Resource<DynamicType = ()> + 'static> {
     api_for: ApiFor<K>,
     signals: Signals,
     running: BTreeMap<WatchKey, Running<K>>,
+    /// Drop the field managers before storing an object: often its largest part, and read only for the ConfigMap.
+    strip_managed_fields: bool,
 }
 
 impl<K> WatchSet<K>
@@ -121,7 +152,7 @@ where
             Some(namespace) => Api::namespaced(client, namespace),
             None => Api::all(client),
         };
-        Self { client, api_for, signals, running: BTreeMap::new() }
+        Self { client, api_for, signals, running: BTreeMap::new(), strip_managed_fields: true }
     }
 }
 
@@ -136,7 +167,8 @@ where
         + 'static,
 {
     pub fn cluster_scoped(client: Client, signals: Signals) -> Self {
-        Self { client, api_for: |client, _| Api::all(client), signals, running: BTreeMap::new() }
+        let api_for: ApiFor<K> = |client, _| Api::all(client);
+        Self { client, api_for, signals, running: BTreeMap::new(), strip_managed_fields: true }
     }
 }
 
@@ -144,6 +176,12 @@ impl<K> WatchSet<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    /// Stores objects whole, field managers included.
+    pub fn keeping_managed_fields(mut self) -> Self {
+        self.strip_managed_fields = false;
+        self
+    }
+
     /// Runs exactly the watches in `keys`: starts the new ones and stops the ones no longer wanted.
     pub fn follow(&mut self, keys: impl IntoIterator<Item = WatchKey>) {
         let wanted: std::collections::BTreeSet<WatchKey> = keys.into_iter().collect();
@@ -172,7 +210,8 @@ where
         let synced = Arc::new(AtomicBool::new(false));
         let name = format!("{} {key}", K::kind(&()));
         debug!(watch = %name, "starting watch");
-        let task = tokio::spawn(watch(api, config, writer, synced.clone(), self.signals.clone(), name));
+        let strip = self.strip_managed_fields;
+        let task = tokio::spawn(watch(api, config, strip, writer, synced.clone(), self.signals.clone(), name));
         Running { store, synced, task }
     }
 }
@@ -180,6 +219,7 @@ where
 async fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    strip_managed_fields: bool,
     writer: reflector::store::Writer<K>,
     synced: Arc<AtomicBool>,
     signals: Signals,
@@ -187,15 +227,20 @@ async fn watch<K>(
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let stream = reflector::reflector(writer, watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)));
+    let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)).modify(move |object| {
+        if strip_managed_fields {
+            object.meta_mut().managed_fields = None;
+        }
+    });
+    let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::InitDone) => {
                 synced.store(true, Ordering::Release);
-                signals.changed.notify_one();
+                signals.store_changed();
             }
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => signals.changed.notify_one(),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => signals.store_changed(),
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Err(error) => {
                 signals.health.set_api_reachable(false);
