@@ -273,3 +273,43 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching
         assert!(first.starts_with("error: ") && first.contains(option), "{flags:?} {env:?}: {first}");
     }
 }
+
+/// Open sockets of a process: its listener, and one connection per watch or pooled request to the API server.
+fn sockets(pid: u32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the controller's fds");
+    fds.flatten()
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
+        .count()
+}
+
+#[tokio::test]
+async fn registries_share_watches_so_connections_do_not_grow_with_them() {
+    let s = Scenario::new("shared").await;
+    let controller = Controller::start(&args(&s, &[]));
+    let registry = |i: usize| {
+        // Each selects its own pods (none run, so they are not ready); every tenth is selector-less, ready with no
+        // pods to wait for, and has EndpointSlices of its own if any.
+        let spec = if i % 10 == 0 {
+            json!({"ports": [{"port": 5000}]})
+        } else {
+            json!({"selector": {"app": format!("registry-{i:02}")}, "ports": [{"port": 5000}]})
+        };
+        service(&format!("registry-{i:02}"), registry_label(), json!({}), spec)
+    };
+    s.apply(registry(0)).await;
+    s.wait_cluster_host("registry-00", 5000).await;
+    s.wait_event("registry-00", "Published").await;
+    let one = sockets(controller.pid());
+
+    const REGISTRIES: usize = 40;
+    for i in 1..REGISTRIES {
+        s.apply(registry(i)).await;
+    }
+    // The last loser is told once the controller has seen all of them.
+    s.wait_event(&format!("registry-{:02}", REGISTRIES - 1), "NotPublished").await;
+    let many = sockets(controller.pid());
+    // Per-registry watches would add two connections per registry (78 here). Shared ones add one pod watch for
+    // the registries' `app` selectors; the Event task may keep up to 8 pooled connections.
+    assert!(many <= one + 9, "{one} sockets with one registry, {many} with {REGISTRIES}; logs:\n{}", controller.logs());
+    println!("open sockets: {one} with one registry, {many} with {REGISTRIES}");
+}

@@ -1,7 +1,7 @@
 //! Every watch the publisher runs, and the [`Cluster`] snapshot they add up to. The fixed watches are set up once;
 //! the others follow the [`Interest`] the current registries create.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
-use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, Workload};
+use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, PodSelector, ServiceId, Workload};
 use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, Settings};
 
 /// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
@@ -24,6 +24,9 @@ pub(super) struct Watches {
     pub(super) configmap: WatchSet<ConfigMap>,
     namespace_services: WatchSet<Service>,
     pods: WatchSet<Pod>,
+    /// Slices of labelled registry Services: they carry their Service's labels.
+    labelled_slices: WatchSet<EndpointSlice>,
+    /// Slices of the other registry Services, by Service name.
     endpoint_slices: WatchSet<EndpointSlice>,
     nodes: WatchSet<Node>,
     /// Namespaces a cluster admin allowed to name the registry (only needed when watching every namespace).
@@ -40,9 +43,11 @@ impl Watches {
             daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
             builtin_services: WatchSet::namespaced(c.clone(), n.clone()),
             proxies: WatchSet::namespaced(c.clone(), n.clone()),
-            configmap: WatchSet::namespaced(c.clone(), n.clone()),
+            // The stored ConfigMap's field managers tell who else writes it.
+            configmap: WatchSet::namespaced(c.clone(), n.clone()).keeping_managed_fields(),
             namespace_services: WatchSet::namespaced(c.clone(), n.clone()),
             pods: WatchSet::namespaced(c.clone(), n.clone()),
+            labelled_slices: WatchSet::namespaced(c.clone(), n.clone()),
             endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()),
             nodes: WatchSet::cluster_scoped(c.clone(), n.clone()),
             allowed_namespaces: WatchSet::cluster_scoped(c.clone(), n.clone()),
@@ -61,6 +66,7 @@ impl Watches {
         watches.deployments.follow(labelled());
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
+        watches.labelled_slices.follow(labelled());
         if settings.builtin_registries {
             let builtins = [MINIKUBE, MICROK8S].into_iter().filter(|(ns, _)| settings.watches_namespace(ns));
             watches.builtin_services.follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
@@ -75,21 +81,18 @@ impl Watches {
     }
 
     /// Runs exactly the watches `interest` needs; returns whether every watch has listed, so a snapshot taken now
-    /// is complete.
+    /// is complete. Registries share watches (one per namespace and kind), so a thousand registries in a namespace
+    /// cost no more connections than one.
     pub(super) fn follow(&mut self, interest: &Interest) -> bool {
         self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
-        self.pods.follow(
-            interest.pod_selectors.iter().map(|(ns, selector)| WatchKey::in_namespace(Some(ns)).labels(selector)),
-        );
-        self.endpoint_slices.follow(interest.endpoint_services.iter().map(|id| {
-            WatchKey::in_namespace(Some(&id.namespace)).labels(format!("kubernetes.io/service-name={}", id.name))
-        }));
+        self.pods.follow(shared_pod_watches(&interest.pod_selectors));
+        self.endpoint_slices.follow(shared_slice_watches(&interest.endpoint_services));
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
         self.synced()
     }
 
     /// Every watch set, for questions asked of all of them.
-    fn all(&self) -> [&dyn WatchState; 12] {
+    fn all(&self) -> [&dyn WatchState; 13] {
         [
             &self.labelled_services,
             &self.deployments,
@@ -100,6 +103,7 @@ impl Watches {
             &self.configmap,
             &self.namespace_services,
             &self.pods,
+            &self.labelled_slices,
             &self.endpoint_slices,
             &self.nodes,
             &self.allowed_namespaces,
@@ -150,9 +154,93 @@ impl Watches {
             builtin_services: sorted(self.builtin_services.objects()),
             proxies: self.proxies.objects(),
             pods: self.pods.objects(),
-            endpoint_slices: self.endpoint_slices.objects(),
+            endpoint_slices: union(self.labelled_slices.objects(), self.endpoint_slices.objects()),
             nodes: self.nodes.objects(),
             allowed_namespaces: self.allowed_namespaces.objects().iter().map(|n| n.name_any()).collect(),
         }
+    }
+}
+
+/// One pod watch per namespace and set of selector keys: `app in (zot,harbor)` holds the pods of every registry
+/// there that selects on `app` alone. That is a superset when selectors have several keys; `registry` narrows it to
+/// each Service's own pods.
+fn shared_pod_watches(selectors: &BTreeSet<(String, PodSelector)>) -> Vec<WatchKey> {
+    // (namespace, selector keys) -> each key's values.
+    type Values<'a> = BTreeMap<&'a str, BTreeSet<&'a str>>;
+    let mut groups: BTreeMap<(&str, Vec<&str>), Values> = BTreeMap::new();
+    for (namespace, selector) in selectors {
+        let keys = selector.keys().map(String::as_str).collect();
+        let values = groups.entry((namespace, keys)).or_default();
+        for (key, value) in selector {
+            values.entry(key).or_default().insert(value);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((namespace, _), values)| {
+            let requirements: Vec<String> = values.iter().map(|(key, values)| one_of(key, values)).collect();
+            WatchKey::in_namespace(Some(namespace)).labels(requirements.join(","))
+        })
+        .collect()
+}
+
+/// One EndpointSlice watch per namespace, for the registry Services there whose slices it names.
+fn shared_slice_watches(services: &BTreeSet<ServiceId>) -> Vec<WatchKey> {
+    let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for id in services {
+        names.entry(&id.namespace).or_default().insert(&id.name);
+    }
+    names
+        .into_iter()
+        .map(|(namespace, names)| {
+            WatchKey::in_namespace(Some(namespace)).labels(one_of("kubernetes.io/service-name", &names))
+        })
+        .collect()
+}
+
+/// A set-based label requirement. Keys and values come from objects the API server validated, so they hold no
+/// separators.
+fn one_of(key: &str, values: &BTreeSet<&str>) -> String {
+    format!("{key} in ({})", values.iter().copied().collect::<Vec<_>>().join(","))
+}
+
+/// Slices from both watches, each once (a labelled selector-less Service's own slices may carry its labels).
+fn union(mut slices: Vec<Arc<EndpointSlice>>, more: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
+    let mut seen: BTreeSet<(String, String)> =
+        slices.iter().map(|s| (s.namespace().unwrap_or_default(), s.name_any())).collect();
+    slices.extend(more.into_iter().filter(|s| seen.insert((s.namespace().unwrap_or_default(), s.name_any()))));
+    slices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selector(pairs: &[(&str, &str)]) -> PodSelector {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn registries_share_one_watch_per_namespace_and_selector_keys() {
+        let mut selectors = BTreeSet::new();
+        for i in 0..1000 {
+            selectors.insert(("tenant".to_string(), selector(&[("app", &format!("registry-{i}"))])));
+        }
+        selectors.insert(("tenant".to_string(), selector(&[("app", "zot"), ("tier", "cache")])));
+        selectors.insert(("tenant".to_string(), selector(&[("app", "harbor"), ("tier", "core")])));
+        selectors.insert(("other".to_string(), selector(&[("app", "zot")])));
+        let keys = shared_pod_watches(&selectors);
+        let labels: Vec<(&str, &str)> =
+            keys.iter().map(|k| (k.namespace.as_deref().unwrap_or(""), k.labels.as_deref().unwrap_or(""))).collect();
+        assert_eq!(labels.len(), 3, "{labels:?}");
+        assert_eq!(labels[0], ("other", "app in (zot)"));
+        assert!(labels[1].1.starts_with("app in (registry-0,registry-1,registry-10,"), "{}", labels[1].1);
+        assert_eq!(labels[2], ("tenant", "app in (harbor,zot),tier in (cache,core)"));
+
+        let services: BTreeSet<ServiceId> =
+            ["a", "b"].iter().map(|name| ServiceId { namespace: "tenant".into(), name: name.to_string() }).collect();
+        let slices = shared_slice_watches(&services);
+        assert_eq!(slices.len(), 1);
+        assert_eq!(slices[0].labels.as_deref(), Some("kubernetes.io/service-name in (a,b)"));
     }
 }

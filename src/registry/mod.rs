@@ -120,14 +120,19 @@ impl Registry {
     }
 }
 
-/// What the watches must hold for the next snapshot to be complete.
+/// A Service's pod selector: label keys to the values they must equal.
+pub type PodSelector = BTreeMap<String, String>;
+
+/// What the watches must hold for the next snapshot to be complete. The EndpointSlices of labelled Services with
+/// a pod selector are not listed: the EndpointSlice controller copies a Service's labels onto its slices, so one
+/// watch on the registry selector holds all of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interest {
     /// Namespaces whose Services must all be watched (they hold labelled workloads).
     pub service_namespaces: BTreeSet<String>,
-    /// (namespace, label selector) of each registry Service's pods.
-    pub pod_selectors: BTreeSet<(String, String)>,
-    /// Registry Services whose EndpointSlices decide readiness.
+    /// (namespace, pod selector) of each registry Service with one.
+    pub pod_selectors: BTreeSet<(String, PodSelector)>,
+    /// Registry Services whose EndpointSlices decide readiness and do not carry the registry selector's labels.
     pub endpoint_services: BTreeSet<ServiceId>,
     /// Nodes whose InternalIP a published value needs.
     pub nodes: BTreeSet<String>,
@@ -174,13 +179,21 @@ impl Candidates<'_> {
         };
         for (service, source) in &self.found {
             let id = service_id(service);
-            if let Some(selector) = selector_string(service) {
-                interest.pod_selectors.insert((id.namespace.clone(), selector));
-            }
             if values::needs_node_address(source, settings) {
                 interest.nodes.extend(values::endpoint_nodes(cluster, &id));
             }
-            interest.endpoint_services.insert(id);
+            match pod_selector(service) {
+                Some(selector) => {
+                    interest.pod_selectors.insert((id.namespace.clone(), selector.clone()));
+                    if *source != Source::Labelled {
+                        interest.endpoint_services.insert(id);
+                    }
+                }
+                // Selector-less: EndpointSlices, if any, are whatever someone wrote, labels included.
+                None => {
+                    interest.endpoint_services.insert(id);
+                }
+            }
         }
         interest
     }
@@ -255,10 +268,9 @@ pub fn service_id(service: &Service) -> ServiceId {
     ServiceId { namespace: service.namespace().unwrap_or_default(), name: service.name_any() }
 }
 
-/// The Service's selector as a label-selector string, `None` for selector-less Services.
-fn selector_string(service: &Service) -> Option<String> {
-    let selector = service.spec.as_ref()?.selector.as_ref().filter(|s| !s.is_empty())?;
-    Some(selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+/// The Service's pod selector, `None` for selector-less Services.
+fn pod_selector(service: &Service) -> Option<&PodSelector> {
+    service.spec.as_ref()?.selector.as_ref().filter(|s| !s.is_empty())
 }
 
 fn object_reference(service: &Service) -> ObjectReference {
@@ -339,11 +351,15 @@ mod tests {
     fn interest_follows_registries() {
         let mut cluster = Cluster::default();
         cluster.labelled_services.push(service("reg", "zot").selector(&[("app", "zot")]).build());
+        cluster.labelled_services.push(service("reg", "external").build());
         cluster.workloads.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
+        cluster.workload_namespace_services.push(service("builds", "cache").selector(&[("app", "cache")]).build());
         let interest = interest(&cluster, &Settings::default());
         assert_eq!(interest.service_namespaces, BTreeSet::from(["builds".to_string()]));
-        assert_eq!(interest.pod_selectors, BTreeSet::from([("reg".to_string(), "app=zot".to_string())]));
-        assert_eq!(interest.endpoint_services.len(), 1);
+        let selector = |ns: &str, app: &str| (ns.to_string(), PodSelector::from([("app".into(), app.into())]));
+        assert_eq!(interest.pod_selectors, BTreeSet::from([selector("reg", "zot"), selector("builds", "cache")]));
+        let names: Vec<&str> = interest.endpoint_services.iter().map(|id| id.name.as_str()).collect();
+        assert_eq!(names, ["cache", "external"], "a labelled Service's slices carry its labels; these do not");
         assert!(interest.nodes.is_empty(), "localhost needs no node");
     }
 }
