@@ -19,9 +19,10 @@ image:
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
 	$(CARGO) run --quiet -p testbed -- image target/release/local-registry-publisher target/image
 
-## bench: publish latency and controller memory on the local control plane, printed (release build)
+## bench: latency, memory and failover on the local control plane against a Go baseline; writes docs/benchmarks.md
 bench: tools
-	$(CARGO) bench --bench publish --bench failover
+	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
+	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover
 
 ## fuzz: the value grammar's properties (tests/grammar.rs) over many more generated inputs than make test runs
 fuzz:

@@ -27,14 +27,17 @@ async fn main() {
     let client = plane.client().await.expect("client");
     let ns = plane.namespace(&client, "failover").await.expect("namespace");
     let replica = || {
-        Controller::start(&[
-            format!("--kubeconfig={}", plane.kubeconfig().display()),
-            format!("--watch-namespaces={ns}"),
-            format!("--configmap-namespace={ns}"),
-            format!("--leader-elect-resource-namespace={ns}"),
-            "--leader-elect".into(),
-            "--log-level=warn".into(),
-        ])
+        Controller::start_binary(
+            &report::controller_binary(),
+            &[
+                format!("--kubeconfig={}", plane.kubeconfig().display()),
+                format!("--watch-namespaces={ns}"),
+                format!("--configmap-namespace={ns}"),
+                format!("--leader-elect-resource-namespace={ns}"),
+                "--leader-elect".into(),
+                "--log-level=warn".into(),
+            ],
+        )
     };
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

@@ -36,3 +36,14 @@ pub fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!("{cores} cores, {memory}, Linux {}", kernel.trim())
 }
+
+/// The shipped release build of the controller (`make bench` builds it), not the bench profile's own build;
+/// LRP_CONTROLLER names another build to compare.
+pub fn controller_binary() -> String {
+    if let Ok(path) = std::env::var("LRP_CONTROLLER") {
+        return path;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/local-registry-publisher");
+    assert!(path.exists(), "{} is missing: run the benchmarks with `make bench`", path.display());
+    path.display().to_string()
+}

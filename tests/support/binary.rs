@@ -17,10 +17,15 @@ pub struct Controller {
 impl Controller {
     /// Starts the binary with `args` plus an HTTP address on a free loopback port; logs go to a file.
     pub fn start(args: &[String]) -> Self {
+        Self::start_binary(BINARY, args)
+    }
+
+    /// The same with another build of the binary (the benchmarks run the shipped release build).
+    pub fn start_binary(binary: &str, args: &[String]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let log = std::env::temp_dir().join(format!("lrp-{port}-{}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(BINARY)
+        let child = Command::new(binary)
             .args(args)
             .arg(format!("--http-address=127.0.0.1:{port}"))
             .env_remove("RUST_LOG")
