@@ -145,6 +145,7 @@ async fn probes_and_metrics_report_what_happens() {
     };
     assert!(value("controller_runtime_reconcile_total") > before, "reconciles counted");
     assert!(value("local_registry_publisher_configmap_writes_total") >= 1.0);
+    assert!(value("local_registry_publisher_reaction_time_seconds_count") >= 1.0, "the write's reaction timed");
     assert!(value("local_registry_publisher_last_publish_timestamp_seconds") > 1.7e9);
     assert!(value("process_resident_memory_bytes") > 1e6);
     assert!(value("process_open_fds") > 0.0 && value("process_start_time_seconds") > 1.7e9);

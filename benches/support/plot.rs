@@ -16,13 +16,29 @@ const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
 
-/// Writes a line chart of `series` to `path` (relative to the crate root).
-pub fn line_chart(path: &str, title: &str, x_label: &str, y_label: &str, series: &[Series]) {
+pub struct Chart<'a> {
+    /// Relative to the crate root.
+    pub path: &'a str,
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    /// Axis ends; by default the largest value (plus a margin for y). Points beyond are drawn at the edge.
+    pub x_max: Option<f64>,
+    pub y_max: Option<f64>,
+    /// The legend in the lower right instead of the upper left, where a cumulative curve rises.
+    pub legend_low: bool,
+}
+
+/// Writes a line chart of `series`.
+pub fn line_chart(chart: &Chart, series: &[Series]) {
+    let Chart { title, x_label, y_label, .. } = chart;
     let points = series.iter().flat_map(|s| s.points.iter());
-    let x_max = points.clone().map(|p| p.0).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
-    let y_max = points.map(|p| p.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE) * 1.1;
-    let x = |v: f64| LEFT + v / x_max * (W - LEFT - RIGHT);
-    let y = |v: f64| H - BOTTOM - v / y_max * (H - BOTTOM - TOP);
+    let x_max = chart.x_max.unwrap_or_else(|| points.clone().map(|p| p.0).fold(0.0, f64::max)).max(f64::MIN_POSITIVE);
+    let y_max = chart.y_max.unwrap_or_else(|| points.map(|p| p.1).fold(0.0, f64::max) * 1.1).max(f64::MIN_POSITIVE);
+    let x = |v: f64| LEFT + v.min(x_max) / x_max * (W - LEFT - RIGHT);
+    let y = |v: f64| H - BOTTOM - v.min(y_max) / y_max * (H - BOTTOM - TOP);
+    let (legend_x, legend_y) =
+        if chart.legend_low { (W / 2.0 - 60.0, H - BOTTOM - 60.0) } else { (LEFT + 10.0, TOP + 8.0) };
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" \
          font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
@@ -63,15 +79,15 @@ pub fn line_chart(path: &str, title: &str, x_label: &str, y_label: &str, series:
              <rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{color}\"/>\
              <text x=\"{}\" y=\"{}\">{}</text>",
             path.join(" "),
-            LEFT + 10.0,
-            TOP + 8.0 + 16.0 * i as f64,
-            LEFT + 28.0,
-            TOP + 12.0 + 16.0 * i as f64,
+            legend_x,
+            legend_y + 16.0 * i as f64,
+            legend_x + 18.0,
+            legend_y + 4.0 + 16.0 * i as f64,
             s.label
         );
     }
     svg.push_str("</svg>\n");
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(chart.path);
     std::fs::write(&file, svg).expect("write a chart");
 }
 
