@@ -229,6 +229,8 @@ impl Publisher {
                 _ = heartbeat.tick() => {
                     self.context.health.beat();
                     self.context.health.set_watches_alive(self.watches.alive());
+                    // What stopped watches and passes freed goes back to the system within a heartbeat.
+                    crate::memory::release_free_heap();
                     continue;
                 }
             };
