@@ -161,11 +161,18 @@ fn hosts(client: &Client, namespace: &str, name: &str) -> impl Stream<Item = (In
     }))
 }
 
-async fn measure_latency(client: &Client, ns: &str, start: impl Fn() -> Contender, configmap: &str) -> Latency {
+/// `first_port`: each contender gets its own nodePort range; a deleted Service's ports are not free again at once.
+async fn measure_latency(
+    client: &Client,
+    ns: &str,
+    start: impl Fn() -> Contender,
+    configmap: &str,
+    first_port: i32,
+) -> Latency {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let params = PatchParams::apply("bench").force();
     let mut latency = Latency::default();
-    let mut port = 30100;
+    let mut port = first_port;
     services
         .patch("registry", &params, &Patch::Apply(registry("registry", Some(port), false)))
         .await
@@ -251,10 +258,12 @@ async fn main() {
         &ours_ns,
         || Contender::ours(plane, &ours_ns, &[format!("--watch-namespaces={ours_ns}")]),
         "local-registry-hosting",
+        30100,
     )
     .await;
     let go_ns = plane.namespace(&client, "bench-go").await.expect("namespace");
-    let go = measure_latency(&client, &go_ns, || Contender::baseline(plane, &go_ns), "local-registry-hosting").await;
+    let go =
+        measure_latency(&client, &go_ns, || Contender::baseline(plane, &go_ns), "local-registry-hosting", 30400).await;
     // One server-side apply round trip of a ConfigMap like ours, alternating so each apply really writes.
     let floor_apply = apply_round_trips(&client, &ours_ns).await;
     if std::env::var_os("LRP_BENCH_LATENCY_ONLY").is_some() {
@@ -278,7 +287,7 @@ async fn main() {
     let services: Api<Service> = Api::namespaced(client.clone(), &ours_ns);
     let params = PatchParams::apply("bench").force();
     services
-        .patch("registry", &params, &Patch::Apply(registry("registry", Some(30100), false)))
+        .patch("registry", &params, &Patch::Apply(registry("registry", Some(30700), false)))
         .await
         .expect("registry");
 
