@@ -67,6 +67,26 @@ struct Poster {
 /// (regarding object, reason), to the message last published for it.
 type Key = (String, &'static str);
 
+/// One Event to create, owned whole: posts run concurrently inside the spawned task.
+struct Post {
+    key: Key,
+    message: String,
+    object: String,
+    events: Api<Event>,
+    event: Event,
+}
+
+/// Creates the Event; returns what is now said, or `None` to try again with the next notices.
+async fn post(post: Post) -> Option<(Key, String)> {
+    match post.events.create(&PostParams::default(), &post.event).await {
+        Ok(_) => Some((post.key, post.message)),
+        Err(error) => {
+            warn!(service = %post.object, %error, "could not record an Event; will try again");
+            None
+        }
+    }
+}
+
 impl Poster {
     async fn run(mut self, mut latest: watch::Receiver<Vec<Notice>>) {
         while latest.changed().await.is_ok() {
@@ -78,7 +98,7 @@ impl Poster {
     /// Posts each notice that is new or whose message changed, and forgets the ones that went away.
     async fn tell(&mut self, notices: &[Notice]) {
         let mut current = BTreeSet::new();
-        let (mut untold, mut posts) = (Vec::new(), Vec::new());
+        let mut posts = Vec::new();
         for notice in notices {
             let reference = &notice.regarding;
             let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
@@ -94,29 +114,18 @@ impl Poster {
             } else {
                 info!(service = %object, reason = notice.reason, "{}", notice.message);
             }
-            let events = Api::<Event>::namespaced(self.client.clone(), &namespace);
-            // Owned items only: the posts run concurrently inside a spawned task.
-            posts.push((untold.len(), self.event(notice, &namespace, &name), object, events));
-            untold.push((key, notice.message.clone()));
+            posts.push(Post {
+                event: self.event(notice, &namespace, &name),
+                events: Api::namespaced(self.client.clone(), &namespace),
+                key,
+                message: notice.message.clone(),
+                object,
+            });
         }
         self.said.retain(|key, _| current.contains(key));
-        let posted: Vec<Option<usize>> = futures::stream::iter(posts)
-            .map(|(i, event, object, events)| async move {
-                match events.create(&PostParams::default(), &event).await {
-                    Ok(_) => Some(i),
-                    Err(error) => {
-                        warn!(service = %object, %error, "could not record an Event; will try again");
-                        None
-                    }
-                }
-            })
-            .buffer_unordered(CONCURRENT_POSTS)
-            .collect()
-            .await;
-        for i in posted.into_iter().flatten() {
-            let (key, message) = &untold[i];
-            self.said.insert(key.clone(), message.clone());
-        }
+        let posted: Vec<Option<(Key, String)>> =
+            futures::stream::iter(posts).map(post).buffer_unordered(CONCURRENT_POSTS).collect().await;
+        self.said.extend(posted.into_iter().flatten());
     }
 
     fn event(&self, notice: &Notice, namespace: &str, name: &str) -> Event {
