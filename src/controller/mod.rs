@@ -212,6 +212,8 @@ impl Publisher {
         let mut wake_at: Option<(Instant, Trigger)> = None;
         let mut retry = backoff::exponential(backoff::WRITE_CAP);
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        // Only passes (and the watch changes they follow) free memory; an idle controller does not trim.
+        let mut freed_since_trim = false;
         loop {
             let far = Instant::now() + Duration::from_secs(3600);
             let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
@@ -230,10 +232,13 @@ impl Publisher {
                     self.context.health.beat();
                     self.context.health.set_watches_alive(self.watches.alive());
                     // What stopped watches and passes freed goes back to the system within a heartbeat.
-                    crate::memory::release_free_heap();
+                    if std::mem::take(&mut freed_since_trim) {
+                        crate::memory::release_free_heap();
+                    }
                     continue;
                 }
             };
+            freed_since_trim = true;
             let cluster = self.watches.snapshot();
             let candidates = registry::survey(&cluster, &self.settings);
             let synced = self.watches.follow(&candidates.interest(&self.settings));
