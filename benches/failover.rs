@@ -68,7 +68,7 @@ async fn main() {
         .expect("a leader");
         if round == 0 {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            idle = rss(replicas[leader].pid());
+            idle = binary::resident_kib(replicas[leader].pid()).map_or("unknown".into(), |kib| format!("{kib} kB"));
             println!("idle replica resident memory with leader election on: {idle}");
         }
         let mut old = replicas.remove(leader);
@@ -108,9 +108,4 @@ async fn main() {
     }
     markdown += &format!("\nAn idle replica with leader election on: {idle} resident.\n");
     report::write_section("failover", &markdown);
-}
-
-fn rss(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find(|l| l.starts_with("VmRSS:")).map_or("unknown".into(), |l| l[6..].trim().to_string())
 }

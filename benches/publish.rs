@@ -108,13 +108,7 @@ impl Contender {
 
     /// (resident KiB, open sockets).
     fn footprint(&self) -> (u64, usize) {
-        let pid = self.pid();
-        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| {
-            fds.flatten()
-                .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
-                .count()
-        });
-        (status_kib(pid, "VmRSS:").unwrap_or(0), sockets)
+        (binary::resident_kib(self.pid()).unwrap_or(0), binary::open_sockets(self.pid()))
     }
 }
 
@@ -472,34 +466,29 @@ async fn apply_round_trips(client: &Client, ns: &str) -> Vec<Duration> {
 
 async fn wait_for(hosts: &mut (impl Stream<Item = (Instant, String)> + Unpin), host: &str) -> Instant {
     let wanted = format!("\"{host}\"");
-    let found = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some((at, text)) = hosts.next().await {
-            if text.contains(&wanted) {
-                return Some(at);
-            }
-        }
-        None
-    })
-    .await;
-    found.ok().flatten().unwrap_or_else(|| panic!("the ConfigMap never showed {host}"))
+    first_seen(hosts, |text| text.contains(&wanted), &format!("the ConfigMap showing {host}")).await
 }
 
 async fn wait_for_port(ports: &mut (impl Stream<Item = (Instant, i32)> + Unpin), port: i32) -> Instant {
+    first_seen(ports, |seen| *seen == port, &format!("the Service watch showing nodePort {port}")).await
+}
+
+/// When the stream first showed an item that passes `wanted`.
+async fn first_seen<T>(
+    stream: &mut (impl Stream<Item = (Instant, T)> + Unpin),
+    wanted: impl Fn(&T) -> bool,
+    what: &str,
+) -> Instant {
     let found = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some((at, seen)) = ports.next().await {
-            if seen == port {
+        while let Some((at, item)) = stream.next().await {
+            if wanted(&item) {
                 return Some(at);
             }
         }
         None
     })
     .await;
-    found.ok().flatten().unwrap_or_else(|| panic!("the Service watch never showed nodePort {port}"))
-}
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix(field))?.trim().trim_end_matches("kB").trim().parse().ok()
+    found.ok().flatten().unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
 struct Report {

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::binary::{BINARY, Controller};
+use support::binary::{BINARY, Controller, open_sockets};
 use support::*;
 
 fn args(scenario: &Scenario, extra: &[&str]) -> Vec<String> {
@@ -275,14 +275,6 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching
     }
 }
 
-/// Open sockets of a process: its listener, and one connection per watch or pooled request to the API server.
-fn sockets(pid: u32) -> usize {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the controller's fds");
-    fds.flatten()
-        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
-        .count()
-}
-
 #[tokio::test]
 async fn registries_share_watches_so_connections_do_not_grow_with_them() {
     let s = Scenario::new("shared").await;
@@ -300,7 +292,7 @@ async fn registries_share_watches_so_connections_do_not_grow_with_them() {
     s.apply(registry(0)).await;
     s.wait_cluster_host("registry-00", 5000).await;
     s.wait_event("registry-00", "Published").await;
-    let one = sockets(controller.pid());
+    let one = open_sockets(controller.pid());
 
     const REGISTRIES: usize = 40;
     for i in 1..REGISTRIES {
@@ -308,7 +300,7 @@ async fn registries_share_watches_so_connections_do_not_grow_with_them() {
     }
     // The last loser is told once the controller has seen all of them.
     s.wait_event(&format!("registry-{:02}", REGISTRIES - 1), "NotPublished").await;
-    let many = sockets(controller.pid());
+    let many = open_sockets(controller.pid());
     // Per-registry watches would add two connections per registry (78 here). Shared ones add one pod watch for
     // the registries' `app` selectors; the Event task may keep up to 8 pooled connections.
     assert!(many <= one + 9, "{one} sockets with one registry, {many} with {REGISTRIES}; logs:\n{}", controller.logs());

@@ -91,3 +91,17 @@ impl Drop for Controller {
         let _ = std::fs::remove_file(&self.log);
     }
 }
+
+/// A process's resident memory, from /proc.
+pub fn resident_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// A process's open sockets: its listeners, and one connection per watch or pooled request to the API server.
+pub fn open_sockets(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    fds.flatten()
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
+        .count()
+}
