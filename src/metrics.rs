@@ -66,6 +66,7 @@ pub struct Metrics {
     last_publish: Gauge<f64, AtomicU64>,
     leader: Family<NameLabels, Gauge>,
     watch_restarts: Family<ResourceLabels, Counter>,
+    watches: Gauge,
     writes: Family<OperationLabels, Counter>,
     conflicts: Counter,
 }
@@ -85,6 +86,7 @@ impl Default for Metrics {
             last_publish: Gauge::default(),
             leader: Family::default(),
             watch_restarts: Family::default(),
+            watches: Gauge::default(),
             writes: Family::default(),
             conflicts: Counter::default(),
         }
@@ -137,6 +139,11 @@ impl Metrics {
             "local_registry_publisher_watch_restarts",
             "Watch failures that were retried with backoff, by resource",
             self.watch_restarts.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_watches",
+            "Watches running; registries share them, so this does not grow with the number of registries",
+            self.watches.clone(),
         );
         registry.register(
             "local_registry_publisher_configmap_writes",
@@ -202,6 +209,10 @@ impl Metrics {
 
     pub fn leading(&self, leader: bool) {
         self.leader.get_or_create(&NameLabels { name: MANAGER }).set(i64::from(leader));
+    }
+
+    pub fn watching(&self, watches: usize) {
+        self.watches.set(i64::try_from(watches).unwrap_or(i64::MAX));
     }
 
     pub fn watch_restarted(&self, resource: &str) {

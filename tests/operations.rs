@@ -34,6 +34,7 @@ fn replica(scenario: &Scenario) -> Controller {
 }
 
 const LEADER: &str = "leader_election_master_status{name=\"local-registry-publisher\"}";
+const WATCHES: &str = "local_registry_publisher_watches";
 const APPLIES: &str = "local_registry_publisher_configmap_writes_total{operation=\"apply\"}";
 
 fn registry_on_port(port: u16) -> serde_json::Value {
@@ -276,7 +277,7 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_option_before_touching
 }
 
 #[tokio::test]
-async fn registries_share_watches_so_connections_do_not_grow_with_them() {
+async fn registries_share_watches_so_watches_do_not_grow_with_them() {
     let s = Scenario::new("shared").await;
     let controller = Controller::start(&args(&s, &[]));
     let registry = |i: usize| {
@@ -293,6 +294,7 @@ async fn registries_share_watches_so_connections_do_not_grow_with_them() {
     s.wait_cluster_host("registry-00", 5000).await;
     s.wait_event("registry-00", "Published").await;
     let one = open_sockets(controller.pid());
+    let watches_for_one = controller.metric(WATCHES).expect("the watches gauge");
 
     const REGISTRIES: usize = 40;
     for i in 1..REGISTRIES {
@@ -300,9 +302,16 @@ async fn registries_share_watches_so_connections_do_not_grow_with_them() {
     }
     // The last loser is told once the controller has seen all of them.
     s.wait_event(&format!("registry-{:02}", REGISTRIES - 1), "NotPublished").await;
-    let many = open_sockets(controller.pid());
-    // Per-registry watches would add two connections per registry (78 here). Shared ones add one pod watch for
-    // the registries' `app` selectors; the Event task may keep up to 8 pooled connections.
-    assert!(many <= one + 9, "{one} sockets with one registry, {many} with {REGISTRIES}; logs:\n{}", controller.logs());
-    println!("open sockets: {one} with one registry, {many} with {REGISTRIES}");
+    // Per-registry watches would add two per registry (78 here). Shared ones add exactly one: the pod watch for
+    // the registries' `app` selectors (the selector-less ones share registry-00's EndpointSlice watch).
+    let shared = wait_until(SOON, || async { controller.metric(WATCHES).filter(|n| *n == watches_for_one + 1.0) });
+    assert!(
+        shared.await.is_some(),
+        "{watches_for_one} watches with one registry, {:?} with {REGISTRIES}; logs:\n{}",
+        controller.metric(WATCHES),
+        controller.logs()
+    );
+    // Sockets also count pooled request connections (the Event task posts eight at a time), so they are shown,
+    // and the watch count above is what is held to a bound.
+    println!("open sockets: {one} with one registry, {} with {REGISTRIES}", open_sockets(controller.pid()));
 }

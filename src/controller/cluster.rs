@@ -114,6 +114,11 @@ impl Watches {
         self.all().iter().all(|w| w.synced())
     }
 
+    /// How many watches run, over every kind.
+    pub(super) fn count(&self) -> usize {
+        self.all().iter().map(|w| w.count()).sum()
+    }
+
     /// Whether every watch task is still running.
     pub(super) fn alive(&self) -> bool {
         self.all().iter().all(|w| w.alive())

@@ -243,6 +243,7 @@ impl Publisher {
             let candidates = registry::survey(&cluster, &self.settings);
             let synced = self.watches.follow(&candidates.interest(&self.settings));
             self.context.health.set_synced(synced);
+            self.context.metrics.watching(self.watches.count());
             if !synced {
                 // Not a pass yet: a watch the registries need is still listing, and wakes us when it is done.
                 debug!(trigger = trigger.label(), "waiting for watches to sync");

@@ -77,6 +77,8 @@ pub trait WatchState {
     fn synced(&self) -> bool;
     /// Whether every watch task is still running (they only end when stopped).
     fn alive(&self) -> bool;
+    /// How many watches run.
+    fn count(&self) -> usize;
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> WatchState for WatchSet<K> {
@@ -86,6 +88,10 @@ impl<K: Resource<DynamicType = ()> + 'static> WatchState for WatchSet<K> {
 
     fn alive(&self) -> bool {
         self.running.values().all(|r| !r.task.is_finished())
+    }
+
+    fn count(&self) -> usize {
+        self.running.len()
     }
 }
 
