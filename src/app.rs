@@ -46,6 +46,9 @@ pub async fn run(args: Args) -> ExitCode {
             };
         }
         Some(Command::Render { filename }) => return crate::cli::render(filename, &settings),
+        Some(Command::RenderPullSecret { servers, username, name, namespace }) => {
+            return crate::cli::render_pull_secret(servers, username.as_deref(), name, namespace.as_deref());
+        }
         Some(Command::Probe { address }) => {
             let result = crate::probe::probe(address).await;
             println!("{address}: {}", result.summary);

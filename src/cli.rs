@@ -164,6 +164,51 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     }
 }
 
+/// `render-pull-secret`: a pull Secret for `servers`, with the password or token read from standard input.
+pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str, namespace: Option<&str>) -> ExitCode {
+    for server in servers {
+        let probe = crate::hosting::LocalRegistryHostingV1 { host: Some(server.clone()), ..Default::default() };
+        if let Err(problem) = probe.validate() {
+            eprintln!("error: --server {server:?}: {}", problem.reason);
+            return ExitCode::from(2);
+        }
+    }
+    let mut secret = String::new();
+    if let Err(error) = std::io::stdin().read_to_string(&mut secret) {
+        eprintln!("error: cannot read the password or token from standard input: {error}");
+        return ExitCode::from(2);
+    }
+    let key = if username.is_some() {
+        crate::pull::credentials::keys::PASSWORD
+    } else {
+        crate::pull::credentials::keys::TOKEN
+    };
+    let mut source = BTreeMap::from([(key.to_string(), k8s_openapi::ByteString(secret.into_bytes()))]);
+    if let Some(username) = username {
+        source.insert(crate::pull::credentials::keys::USERNAME.into(), k8s_openapi::ByteString(username.into()));
+    }
+    let credentials = match crate::pull::Credentials::from_source(&source) {
+        Ok(credentials) => credentials,
+        Err(why) => {
+            eprintln!("error: {}", why.replace(&format!("key {key:?}"), "standard input"));
+            return ExitCode::from(2);
+        }
+    };
+    let config = crate::pull::credentials::docker_config(servers, &credentials);
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: namespace.map(Into::into),
+            ..Default::default()
+        },
+        type_: Some(crate::pull::SECRET_TYPE.into()),
+        data: Some([(crate::pull::DATA_KEY.to_string(), k8s_openapi::ByteString(config.into_bytes()))].into()),
+        ..Default::default()
+    };
+    print!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
+    ExitCode::SUCCESS
+}
+
 fn read_input(input: &str) -> std::io::Result<String> {
     if input == "-" {
         let mut text = String::new();

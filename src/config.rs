@@ -105,6 +105,24 @@ pub enum Command {
         #[arg(short = 'f', long = "filename", value_name = "FILE")]
         filename: String,
     },
+    /// Print a kubernetes.io/dockerconfigjson Secret for a registry, with the password or token read from standard
+    /// input: one entry per --server, and a token alone works (kubectl create secret docker-registry insists on a
+    /// username and writes one address). Exit status 2 when an address or the input is unusable.
+    RenderPullSecret {
+        /// An address images are pulled or pushed from, host:port; repeat it for each address the registry is
+        /// published under (host, hostFromContainerRuntime, hostFromClusterNetwork): the kubelet matches exactly.
+        #[arg(long = "server", value_name = "HOST:PORT", required = true)]
+        servers: Vec<String>,
+        /// User name; without it the token placeholder "oauth2accesstoken" (see docs/pull-secrets.md).
+        #[arg(long)]
+        username: Option<String>,
+        /// Name of the Secret.
+        #[arg(long, default_value = "local-registry-pull", value_parser = parse_dns_subdomain)]
+        name: String,
+        /// Namespace of the Secret; left out when not given.
+        #[arg(short = 'n', long, value_parser = parse_namespace)]
+        namespace: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -169,6 +187,23 @@ pub struct PublishArgs {
     /// Overwrite a ConfigMap that another tool (kind's script, k3d, ctlptl, a human) created.
     #[arg(long, global = true, env = "LRP_TAKE_OVER")]
     pub take_over: bool,
+
+    /// Distribute the published registry's pull credentials: when its Service names a Secret in its namespace with
+    /// the local-registry-publisher.io/pull-secret annotation, write a kubernetes.io/dockerconfigjson Secret with an
+    /// entry per published address into every namespace a cluster admin labelled
+    /// local-registry-publisher.io/pull-secret=wanted (never kube-public). Off by default: without it no Secret is
+    /// read or written. See docs/pull-secrets.md.
+    #[arg(long, global = true, env = "LRP_PULL_SECRETS")]
+    pub pull_secrets: bool,
+
+    /// Name of the pull Secret written in each opted-in namespace.
+    #[arg(long, global = true, env = "LRP_PULL_SECRET_NAME", default_value = "local-registry-pull", value_parser = parse_dns_subdomain)]
+    pub pull_secret_name: String,
+
+    /// ServiceAccounts in each opted-in namespace whose imagePullSecrets get the pull Secret, comma-separated (e.g.
+    /// "default"). Entries others put there stay; only the entry this controller added is ever removed.
+    #[arg(long, global = true, env = "LRP_PULL_SECRET_SERVICE_ACCOUNTS", value_delimiter = ',', requires = "pull_secrets", value_parser = parse_dns_subdomain)]
+    pub pull_secret_service_accounts: Vec<String>,
 }
 
 /// How the process runs: probes, metrics, leader election.
@@ -239,6 +274,10 @@ impl PublishArgs {
             help_url: self.help_url.clone(),
             grace_period: self.grace_period,
             take_over: self.take_over,
+            pull_secrets: self.pull_secrets.then(|| crate::settings::PullSecrets {
+                name: self.pull_secret_name.clone(),
+                service_accounts: self.pull_secret_service_accounts.clone(),
+            }),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! - [`hosting`]: the `localRegistryHosting.v1` document and the rules its values must pass.
 //! - [`registry`]: which Services are registries and what each would publish (pure).
 //! - [`plan`]: what to write, given the registries and what is published (pure).
+//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them (pure).
 //! - [`controller`]: watches, the reconcile loop, Events, every ConfigMap write, the uninstall hook's `withdraw`.
 //! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
 //!   endpoints; [`metrics`]; [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
@@ -34,6 +35,7 @@ pub mod metrics_auth;
 pub mod plan;
 pub mod pod;
 pub mod probe;
+pub mod pull;
 pub mod readers;
 pub mod registry;
 pub mod settings;

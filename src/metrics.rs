@@ -68,6 +68,8 @@ pub struct Metrics {
     watch_restarts: Family<ResourceLabels, Counter>,
     watches: Gauge,
     writes: Family<OperationLabels, Counter>,
+    pull_writes: Family<OperationLabels, Counter>,
+    pull_refusals: Family<OperationLabels, Counter>,
     conflicts: Counter,
 }
 
@@ -88,6 +90,8 @@ impl Default for Metrics {
             watch_restarts: Family::default(),
             watches: Gauge::default(),
             writes: Family::default(),
+            pull_writes: Family::default(),
+            pull_refusals: Family::default(),
             conflicts: Counter::default(),
         }
     }
@@ -151,6 +155,16 @@ impl Metrics {
             self.writes.clone(),
         );
         registry.register(
+            "local_registry_publisher_pull_secret_writes",
+            "Writes of pull Secrets and ServiceAccounts (--pull-secrets), by operation",
+            self.pull_writes.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_pull_secret_refusals",
+            "Pull Secret and ServiceAccount writes the API server refused, by operation",
+            self.pull_refusals.clone(),
+        );
+        registry.register(
             "local_registry_publisher_write_conflicts",
             "Times another writer kept undoing the published ConfigMap and writes were held back",
             self.conflicts.clone(),
@@ -201,6 +215,12 @@ impl Metrics {
         self.writes.get_or_create(&OperationLabels { operation }).inc();
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         self.last_publish.set(now.as_secs_f64());
+    }
+
+    /// A pull Secret or ServiceAccount write (`apply`, `delete`, `patch-serviceaccount`), done or refused.
+    pub fn pull_wrote(&self, operation: &'static str, done: bool) {
+        let family = if done { &self.pull_writes } else { &self.pull_refusals };
+        family.get_or_create(&OperationLabels { operation }).inc();
     }
 
     pub fn conflict(&self) {

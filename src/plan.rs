@@ -260,6 +260,7 @@ mod tests {
             document: Ok(document),
             reference: ObjectReference { name: Some(name.into()), namespace: Some("reg".into()), ..Default::default() },
             trusted: true,
+            pull_secret: None,
         }
     }
 

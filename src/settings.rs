@@ -25,6 +25,23 @@ pub struct Settings {
     pub help_url: Option<String>,
     pub grace_period: Duration,
     pub take_over: bool,
+    /// Distribute the published registry's pull credentials; `None` (the default) does not touch Secrets at all.
+    pub pull_secrets: Option<PullSecrets>,
+}
+
+/// Where the published registry's pull credentials go (see [`crate::pull`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullSecrets {
+    /// The name of the Secret written in each opted-in namespace.
+    pub name: String,
+    /// ServiceAccounts in those namespaces whose `imagePullSecrets` get that Secret.
+    pub service_accounts: Vec<String>,
+}
+
+impl Default for PullSecrets {
+    fn default() -> Self {
+        Self { name: "local-registry-pull".into(), service_accounts: Vec::new() }
+    }
 }
 
 /// How tools outside the cluster reach a node's hostPort or nodePort.
@@ -50,6 +67,7 @@ impl Default for Settings {
             help_url: None,
             grace_period: Duration::from_secs(15),
             take_over: false,
+            pull_secrets: None,
         }
     }
 }

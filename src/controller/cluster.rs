@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
+use crate::pull;
 use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, PodSelector, ServiceId, Workload};
-use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, Settings};
+use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, PullSecrets, Settings};
 
 /// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
 pub(super) struct Watches {
@@ -31,6 +32,15 @@ pub(super) struct Watches {
     nodes: WatchSet<Node>,
     /// Namespaces a cluster admin allowed to name the registry (only needed when watching every namespace).
     allowed_namespaces: WatchSet<Namespace>,
+    /// With --pull-secrets: the source Secrets registries name, each by name.
+    pull_sources: WatchSet<Secret>,
+    /// With --pull-secrets: namespaces labelled to receive the pull Secret.
+    pull_namespaces: WatchSet<Namespace>,
+    /// With --pull-secrets: every Secret with the pull Secret's name, ours or not.
+    pull_secrets: WatchSet<Secret>,
+    /// With --pull-secrets: the chosen ServiceAccounts, each by name, where our Secret is or should be.
+    pull_accounts: WatchSet<ServiceAccount>,
+    pull: Option<PullSecrets>,
 }
 
 impl Watches {
@@ -51,7 +61,17 @@ impl Watches {
             endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()),
             nodes: WatchSet::cluster_scoped(c.clone(), n.clone()),
             allowed_namespaces: WatchSet::cluster_scoped(c.clone(), n.clone()),
+            pull_sources: WatchSet::namespaced(c.clone(), n.clone()).failures_are_findings(),
+            pull_namespaces: WatchSet::cluster_scoped(c.clone(), n.clone()),
+            pull_secrets: WatchSet::namespaced(c.clone(), n.clone()),
+            pull_accounts: WatchSet::namespaced(c.clone(), n.clone()),
+            pull: settings.pull_secrets.clone(),
         };
+        if let Some(pull) = &settings.pull_secrets {
+            let wanted = format!("{}={}", pull::NAMESPACE_LABEL, pull::NAMESPACE_VALUE);
+            watches.pull_namespaces.follow([WatchKey::default().labels(wanted)]);
+            watches.pull_secrets.follow([WatchKey::default().named(&pull.name)]);
+        }
         if settings.all_namespaces() {
             let allowed = format!("{ALLOWED_NAMESPACE_LABEL}={ALLOWED_NAMESPACE_VALUE}");
             watches.allowed_namespaces.follow([WatchKey::default().labels(allowed)]);
@@ -88,11 +108,38 @@ impl Watches {
         self.pods.follow(shared_pod_watches(&interest.pod_selectors));
         self.endpoint_slices.follow(shared_slice_watches(&interest.endpoint_services));
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
+        self.pull_sources
+            .follow(interest.pull_sources.iter().map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
+        if let Some(pull) = &self.pull {
+            // Where our Secret should be, and where it still is until removed (its entries go first).
+            let mut namespaces: BTreeSet<String> =
+                self.pull_namespaces.objects().iter().map(|n| n.name_any()).collect();
+            let ours = self.pull_secrets.objects();
+            namespaces.extend(ours.iter().filter(|s| pull::is_ours(s)).filter_map(|s| s.namespace()));
+            let keys = namespaces.iter().flat_map(|ns| {
+                pull.service_accounts.iter().map(move |name| WatchKey::in_namespace(Some(ns)).named(name))
+            });
+            self.pull_accounts.follow(keys.collect::<Vec<_>>());
+        }
         self.synced()
     }
 
+    /// What the pull watches hold.
+    pub(super) fn pull_observed(&self) -> pull::Observed {
+        let sources = self.pull_sources.findings().into_iter().filter_map(|(key, found)| {
+            let name = key.fields.as_deref()?.strip_prefix("metadata.name=")?.to_string();
+            Some(((key.namespace.clone()?, name), found.map(|secrets| secrets.into_iter().next())))
+        });
+        pull::Observed {
+            sources: sources.collect(),
+            namespaces: self.pull_namespaces.objects().iter().map(|n| n.name_any()).collect(),
+            secrets: self.pull_secrets.objects(),
+            accounts: self.pull_accounts.objects(),
+        }
+    }
+
     /// Every watch set, for questions asked of all of them.
-    fn all(&self) -> [&dyn WatchState; 13] {
+    fn all(&self) -> [&dyn WatchState; 17] {
         [
             &self.labelled_services,
             &self.deployments,
@@ -107,6 +154,10 @@ impl Watches {
             &self.endpoint_slices,
             &self.nodes,
             &self.allowed_namespaces,
+            &self.pull_sources,
+            &self.pull_namespaces,
+            &self.pull_secrets,
+            &self.pull_accounts,
         ]
     }
 

@@ -4,6 +4,7 @@
 mod cluster;
 mod events;
 mod fights;
+mod pull;
 mod watches;
 mod withdraw;
 mod writer;
@@ -57,7 +58,7 @@ impl Error {
     }
 
     /// What the API server said, for users: its own message when it refused, else the transport error.
-    fn refusal(&self) -> String {
+    pub(super) fn refusal(&self) -> String {
         let (Error::Read { source, .. } | Error::Apply { source, .. } | Error::Delete { source, .. }) = self;
         match source {
             kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
@@ -135,6 +136,23 @@ impl Context {
     }
 }
 
+/// The registry readers see once `action` is carried out: the one written, or for no write the one whose document
+/// the ConfigMap (ours) holds.
+fn published_registry(
+    action: &Action,
+    existing: Option<&Existing>,
+    registries: &[registry::Registry],
+) -> Option<registry::ServiceId> {
+    match action {
+        Action::Apply { source, .. } => source.clone(),
+        Action::Keep => {
+            let document = existing.filter(|e| e.owned).and_then(|e| e.document.as_ref())?;
+            registries.iter().find(|r| r.trusted && r.document.as_ref().ok() == Some(document)).map(|r| r.id.clone())
+        }
+        Action::Delete | Action::RemoveKey => None,
+    }
+}
+
 /// What a write left: the ConfigMap's new resourceVersion, or `None` when it deleted the ConfigMap.
 type Left = Option<String>;
 
@@ -166,6 +184,7 @@ pub struct Publisher {
     client: Client,
     settings: Settings,
     writer: ConfigMapWriter,
+    pull_writer: pull::PullWriter,
     signals: Signals,
     watches: Watches,
     readiness: Readiness,
@@ -186,6 +205,7 @@ impl Publisher {
         Self {
             writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
             events: events::EventLog::start(client.clone()),
+            pull_writer: pull::PullWriter::new(client.clone(), context.metrics.clone()),
             client,
             settings,
             signals,
@@ -309,6 +329,7 @@ impl Publisher {
                 return Ok(Some(decision.recheck_after.map_or(left, |recheck| recheck.min(left))));
             }
         }
+        let published = published_registry(&decision.action, existing.as_ref(), &registries);
         let written = self.execute(decision.action, existing.as_ref()).await;
         let health = &self.context.health;
         match &written {
@@ -326,9 +347,32 @@ impl Publisher {
                 notices.push(self.refusal_notice(error, regarding, existing.as_ref()));
             }
         }
+        // Pull Secrets follow what readers now see; after a refused write that is what they saw before.
+        let distributed = match &written {
+            Ok(_) => self.distribute(published.as_ref(), &registries, &mut notices).await,
+            Err(_) => Ok(()),
+        };
         self.events.record(notices);
         written?;
+        distributed?;
         Ok(decision.recheck_after)
+    }
+
+    /// With --pull-secrets: the published registry's pull credentials, in every namespace that asked for them.
+    async fn distribute(
+        &self,
+        published: Option<&registry::ServiceId>,
+        registries: &[registry::Registry],
+        notices: &mut Vec<plan::Notice>,
+    ) -> Result<(), Error> {
+        let Some(settings) = &self.settings.pull_secrets else { return Ok(()) };
+        let registry = published.and_then(|id| registries.iter().find(|r| &r.id == id));
+        let plan = crate::pull::plan(registry, &self.watches.pull_observed(), settings);
+        notices.extend(plan.notices.iter().cloned());
+        if plan.is_empty() {
+            return Ok(());
+        }
+        self.pull_writer.carry_out(&plan, registry.map(|r| &r.reference), notices).await
     }
 
     fn target(&self) -> String {

@@ -62,6 +62,8 @@ impl std::fmt::Display for WatchKey {
 struct Running<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     synced: Arc<AtomicBool>,
+    /// Why the watch fails now, for a set whose failures are findings.
+    failure: Arc<Mutex<Option<String>>>,
     task: JoinHandle<()>,
 }
 
@@ -94,6 +96,9 @@ impl<K: Resource<DynamicType = ()> + 'static> WatchState for WatchSet<K> {
         self.running.len()
     }
 }
+
+/// A watch's objects, or why it fails now.
+pub type Finding<K> = Result<Vec<Arc<K>>, String>;
 
 type ApiFor<K> = fn(Client, Option<&str>) -> Api<K>;
 
@@ -141,6 +146,8 @@ pub struct WatchSet<K: Resource<DynamicType = ()> + 'static> {
     running: BTreeMap<WatchKey, Running<K>>,
     /// Drop the field managers before storing an object: often its largest part, and read only for the ConfigMap.
     strip_managed_fields: bool,
+    /// A failing watch is an answer about what it watches (a Secret we may not read), not about the API server.
+    failures_are_findings: bool,
 }
 
 impl<K> WatchSet<K>
@@ -158,7 +165,14 @@ where
             Some(namespace) => Api::namespaced(client, namespace),
             None => Api::all(client),
         };
-        Self { client, api_for, signals, running: BTreeMap::new(), strip_managed_fields: true }
+        Self {
+            client,
+            api_for,
+            signals,
+            running: BTreeMap::new(),
+            strip_managed_fields: true,
+            failures_are_findings: false,
+        }
     }
 }
 
@@ -174,7 +188,14 @@ where
 {
     pub fn cluster_scoped(client: Client, signals: Signals) -> Self {
         let api_for: ApiFor<K> = |client, _| Api::all(client);
-        Self { client, api_for, signals, running: BTreeMap::new(), strip_managed_fields: true }
+        Self {
+            client,
+            api_for,
+            signals,
+            running: BTreeMap::new(),
+            strip_managed_fields: true,
+            failures_are_findings: false,
+        }
     }
 }
 
@@ -186,6 +207,19 @@ where
     pub fn keeping_managed_fields(mut self) -> Self {
         self.strip_managed_fields = false;
         self
+    }
+
+    /// A watch that fails counts as listed, with the failure as its answer (see [`WatchSet::findings`]), and does
+    /// not mark the API server unreachable.
+    pub fn failures_are_findings(mut self) -> Self {
+        self.failures_are_findings = true;
+        self
+    }
+
+    /// Each watch's objects, or why it fails now.
+    pub fn findings(&self) -> Vec<(&WatchKey, Finding<K>)> {
+        let failure = |r: &Running<K>| r.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        self.running.iter().map(|(key, r)| (key, failure(r).map_or_else(|| Ok(r.store.state()), Err))).collect()
     }
 
     /// Runs exactly the watches in `keys`: starts the new ones and stops the ones no longer wanted.
@@ -216,9 +250,48 @@ where
         let synced = Arc::new(AtomicBool::new(false));
         let name = format!("{} {key}", K::kind(&()));
         debug!(watch = %name, "starting watch");
-        let strip = self.strip_managed_fields;
-        let task = tokio::spawn(watch(api, config, strip, writer, synced.clone(), self.signals.clone(), name));
-        Running { store, synced, task }
+        let failure = Arc::new(Mutex::new(None));
+        let outcome = Outcome {
+            synced: synced.clone(),
+            failure: self.failures_are_findings.then(|| failure.clone()),
+            signals: self.signals.clone(),
+            name,
+        };
+        let task = tokio::spawn(watch(api, config, self.strip_managed_fields, writer, outcome));
+        Running { store, synced, failure, task }
+    }
+}
+
+/// Where one watch reports.
+struct Outcome {
+    synced: Arc<AtomicBool>,
+    /// Set for a set whose failures are findings.
+    failure: Option<Arc<Mutex<Option<String>>>>,
+    signals: Signals,
+    name: String,
+}
+
+impl Outcome {
+    /// Records why the watch fails (`None`: it works); a changed answer wakes the reconcile loop.
+    fn found(&self, why: Option<String>) {
+        let Some(failure) = &self.failure else { return };
+        let mut failure = failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *failure != why {
+            *failure = why;
+            drop(failure);
+            self.synced.store(true, Ordering::Release);
+            self.signals.store_changed();
+        }
+    }
+}
+
+/// What the API server said, without the watcher's wording around it.
+fn refusal(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.message.clone(),
+        watcher::Error::WatchError(status) => status.message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -227,9 +300,7 @@ async fn watch<K>(
     config: watcher::Config,
     strip_managed_fields: bool,
     writer: reflector::store::Writer<K>,
-    synced: Arc<AtomicBool>,
-    signals: Signals,
-    name: String,
+    outcome: Outcome,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -241,13 +312,20 @@ async fn watch<K>(
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
+        let Outcome { synced, signals, name, .. } = &outcome;
         match event {
             Ok(watcher::Event::InitDone) => {
+                outcome.found(None);
                 synced.store(true, Ordering::Release);
                 signals.store_changed();
             }
             Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => signals.store_changed(),
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Err(error) if outcome.failure.is_some() => {
+                signals.metrics.watch_restarted(K::kind(&()).as_ref());
+                debug!(watch = %name, %error, "watch failed; retrying with backoff");
+                outcome.found(Some(refusal(&error)));
+            }
             Err(error) => {
                 signals.health.set_api_reachable(false);
                 signals.metrics.watch_restarted(K::kind(&()).as_ref());

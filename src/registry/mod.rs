@@ -111,6 +111,8 @@ pub struct Registry {
     /// Its namespace may name the cluster's registry (see [`trusted`]); an untrusted one is never published, its
     /// priority and annotations count for nothing, and it is told why.
     pub trusted: bool,
+    /// The source Secret (in its namespace) its `local-registry-publisher.io/pull-secret` annotation names.
+    pub pull_secret: Option<String>,
 }
 
 impl Registry {
@@ -136,6 +138,9 @@ pub struct Interest {
     pub endpoint_services: BTreeSet<ServiceId>,
     /// Nodes whose InternalIP a published value needs.
     pub nodes: BTreeSet<String>,
+    /// (namespace, name) of the pull-credential source Secrets that trusted registries name, when pull Secrets are
+    /// distributed.
+    pub pull_sources: BTreeSet<(String, String)>,
 }
 
 /// Finds every registry Service in the snapshot and derives what it would publish.
@@ -179,6 +184,12 @@ impl Candidates<'_> {
         };
         for (service, source) in &self.found {
             let id = service_id(service);
+            if settings.pull_secrets.is_some()
+                && let Some(name) = values::pull_secret(service)
+                && trusted(&id.namespace, source, cluster, settings)
+            {
+                interest.pull_sources.insert((id.namespace.clone(), name));
+            }
             if values::needs_node_address(source, settings) {
                 interest.nodes.extend(values::endpoint_nodes(cluster, &id));
             }

@@ -16,6 +16,8 @@ pub mod annotations {
     pub const HOST_FROM_CLUSTER_NETWORK: &str = "local-registry-publisher.io/host-from-cluster-network";
     pub const HELP: &str = "local-registry-publisher.io/help";
     pub const PRIORITY: &str = "local-registry-publisher.io/priority";
+    /// Names the Secret in the Service's namespace that holds its pull credentials (see `crate::pull`).
+    pub const PULL_SECRET: &str = "local-registry-publisher.io/pull-secret";
 }
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -43,7 +45,13 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
         document,
         // Decided by the caller, which knows the allowed namespaces.
         trusted: false,
+        pull_secret: pull_secret(service),
     }
+}
+
+/// The pull-credential source Secret the Service names; an empty annotation names none.
+pub(super) fn pull_secret(service: &Service) -> Option<String> {
+    service.annotations().get(annotations::PULL_SECRET).map(|name| name.trim().to_string()).filter(|n| !n.is_empty())
 }
 
 fn document(

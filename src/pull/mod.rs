@@ -1,0 +1,277 @@
+//! Pull credentials for the published registry, opt-in on both sides: the registry's Service names a source Secret
+//! in its own namespace (`local-registry-publisher.io/pull-secret`), and a cluster admin labels each namespace that
+//! should get them (`local-registry-publisher.io/pull-secret=wanted`). Each such namespace then holds one
+//! `kubernetes.io/dockerconfigjson` Secret with an entry per published address, and optionally chosen
+//! ServiceAccounts list it in `imagePullSecrets`.
+//!
+//! Pure: given what the watches hold, [`plan`] says what to write, delete and tell. Credentials never go to
+//! `kube-public`, which every user (even anonymous ones, on some clusters) may read.
+
+pub mod credentials;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
+
+use crate::plan::{MANAGED_BY_LABEL, MANAGER, Notice};
+use crate::registry::Registry;
+use crate::settings::PullSecrets;
+pub use credentials::Credentials;
+
+/// The namespace label a cluster admin sets to receive the pull Secret.
+pub const NAMESPACE_LABEL: &str = "local-registry-publisher.io/pull-secret";
+pub const NAMESPACE_VALUE: &str = "wanted";
+/// Marks a ServiceAccount whose `imagePullSecrets` entry this controller added (and so may remove).
+pub const ACCOUNT_ANNOTATION: &str = "local-registry-publisher.io/added-pull-secret";
+/// On each pull Secret: the registry (namespace/name) whose credentials it holds.
+pub const FROM_ANNOTATION: &str = "local-registry-publisher.io/registry";
+pub const SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
+pub const DATA_KEY: &str = ".dockerconfigjson";
+/// Readable by everyone; never a place for credentials.
+const PUBLIC_NAMESPACE: &str = "kube-public";
+
+/// A source Secret, `None` when it does not exist, or why it cannot be read.
+pub type Source = Result<Option<Arc<Secret>>, String>;
+
+/// What the pull watches hold.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// Source Secrets by (namespace, name): the Secret, `None` when it does not exist, or why it cannot be read.
+    pub sources: BTreeMap<(String, String), Source>,
+    /// Namespaces labelled to receive the pull Secret.
+    pub namespaces: BTreeSet<String>,
+    /// Every Secret with the pull Secret's name, ours or not.
+    pub secrets: Vec<Arc<Secret>>,
+    /// The chosen ServiceAccounts in the namespaces above and in those holding our Secret.
+    pub accounts: Vec<Arc<ServiceAccount>>,
+}
+
+/// A change to one ServiceAccount's `imagePullSecrets`: a JSON patch that first tests what it was computed from,
+/// so an entry someone else changed in between is never removed or duplicated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccountPatch {
+    pub namespace: String,
+    pub name: String,
+    pub patch: Value,
+}
+
+/// What one pass does about pull Secrets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// The pull Secret's name in every namespace.
+    pub secret_name: String,
+    /// Secrets to server-side apply.
+    pub apply: Vec<Secret>,
+    /// Namespaces whose Secret of ours goes (with the uid it was seen with).
+    pub delete: Vec<(String, Option<String>)>,
+    /// ServiceAccounts to patch; done before deleting, while their namespace is still watched.
+    pub accounts: Vec<AccountPatch>,
+    pub notices: Vec<Notice>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.apply.is_empty() && self.delete.is_empty() && self.accounts.is_empty()
+    }
+}
+
+/// What every opted-in namespace should hold.
+enum Desired {
+    /// No pull Secret: nothing published, or the published registry names no source.
+    Nothing,
+    /// The source cannot be used now: what was distributed stays, as the last good state.
+    Unchanged,
+    /// This `.dockerconfigjson`.
+    Config(String),
+}
+
+/// The pull Secrets for `published`, the registry the ConfigMap names now (if any).
+pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSecrets) -> Plan {
+    let mut plan = Plan { secret_name: settings.name.clone(), ..Plan::default() };
+    let desired = desired(published, observed, &mut plan.notices);
+    let mut ours: BTreeMap<&str, &Secret> = BTreeMap::new();
+    let mut foreign: BTreeSet<&str> = BTreeSet::new();
+    for secret in &observed.secrets {
+        let namespace = secret.metadata.namespace.as_deref().unwrap_or_default();
+        if is_ours(secret) {
+            ours.insert(namespace, secret);
+        } else {
+            foreign.insert(namespace);
+        }
+    }
+    // Namespaces that hold (or will hold) our Secret once this plan is carried out.
+    let mut holding: BTreeSet<&str> = BTreeSet::new();
+    for namespace in &observed.namespaces {
+        let namespace = namespace.as_str();
+        if namespace == PUBLIC_NAMESPACE {
+            if let (Some(registry), Desired::Config(_)) = (published, &desired) {
+                plan.notices.push(warning(
+                    registry,
+                    "PullSecretRefused",
+                    format!("no pull Secret is written to {PUBLIC_NAMESPACE}: every user may read it"),
+                ));
+            }
+            continue;
+        }
+        if foreign.contains(namespace) {
+            if let (Some(registry), Desired::Config(_)) = (published, &desired) {
+                plan.notices.push(warning(
+                    registry,
+                    "PullSecretNameTaken",
+                    format!(
+                        "namespace {namespace} already has a Secret {} that this controller did not write; it is left \
+                         untouched and that namespace gets no pull credentials (rename one of them, or choose \
+                         another name with --pull-secret-name)",
+                        settings.name
+                    ),
+                ));
+            }
+            continue;
+        }
+        let existing = ours.get(namespace);
+        match &desired {
+            Desired::Config(config) => {
+                if existing.is_none_or(|s| !holds(s, config)) {
+                    plan.apply.push(pull_secret(namespace, config, settings, published));
+                }
+                holding.insert(namespace);
+            }
+            Desired::Unchanged if existing.is_some() => {
+                holding.insert(namespace);
+            }
+            Desired::Unchanged | Desired::Nothing => {}
+        }
+    }
+    for (namespace, secret) in &ours {
+        if !holding.contains(namespace) {
+            plan.delete.push((namespace.to_string(), secret.metadata.uid.clone()));
+        }
+    }
+    for account in &observed.accounts {
+        let namespace = account.metadata.namespace.as_deref().unwrap_or_default();
+        if !settings.service_accounts.iter().any(|n| Some(n) == account.metadata.name.as_ref()) {
+            continue;
+        }
+        let patch = if holding.contains(namespace) {
+            add_entry(account, &settings.name)
+        } else if ours.contains_key(namespace) || account.annotations().contains_key(ACCOUNT_ANNOTATION) {
+            remove_entry(account, &settings.name)
+        } else {
+            None
+        };
+        if let Some(patch) = patch {
+            plan.accounts.push(AccountPatch { namespace: namespace.to_string(), name: account.name_any(), patch });
+        }
+    }
+    plan
+}
+
+fn desired(published: Option<&Registry>, observed: &Observed, notices: &mut Vec<Notice>) -> Desired {
+    let Some(registry) = published else { return Desired::Nothing };
+    let (Some(source), Ok(document)) = (&registry.pull_secret, &registry.document) else { return Desired::Nothing };
+    let key = (registry.id.namespace.clone(), source.clone());
+    let keep = |reason: &'static str, why: String, notices: &mut Vec<Notice>| {
+        let message = format!("pull Secret {}/{source} {why}; the pull Secrets already distributed stay", key.0);
+        notices.push(warning(registry, reason, message));
+        Desired::Unchanged
+    };
+    match observed.sources.get(&key) {
+        // Its watch has not reported yet.
+        None => Desired::Unchanged,
+        Some(Err(why)) => keep("PullSecretUnreadable", format!("cannot be read: {why}"), notices),
+        Some(Ok(None)) => keep("PullSecretMissing", "does not exist".into(), notices),
+        Some(Ok(Some(secret))) => match Credentials::from_source(secret.data.as_ref().unwrap_or(&BTreeMap::new())) {
+            Ok(credentials) => {
+                let addresses = credentials::addresses(document);
+                Desired::Config(credentials::docker_config(&addresses, &credentials))
+            }
+            Err(why) => keep("PullSecretInvalid", format!("is not usable: it {why}"), notices),
+        },
+    }
+}
+
+pub fn is_ours(secret: &Secret) -> bool {
+    secret.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+}
+
+/// Whether an existing Secret already is what we would write.
+fn holds(secret: &Secret, config: &str) -> bool {
+    secret.type_.as_deref() == Some(SECRET_TYPE)
+        && secret.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(|b| b.0.as_slice()) == Some(config.as_bytes())
+}
+
+/// Exactly the fields we own in each namespace's pull Secret.
+fn pull_secret(namespace: &str, config: &str, settings: &PullSecrets, from: Option<&Registry>) -> Secret {
+    let source = from.map(|r| r.id.to_string()).unwrap_or_default();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(settings.name.clone()),
+            namespace: Some(namespace.to_string()),
+            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGER.to_string())].into()),
+            annotations: Some([(FROM_ANNOTATION.to_string(), source)].into()),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.into()),
+        data: Some([(DATA_KEY.to_string(), ByteString(config.as_bytes().to_vec()))].into()),
+        ..Secret::default()
+    }
+}
+
+/// JSON pointer escaping (RFC 6901) of one path segment.
+fn pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+fn annotation_path() -> String {
+    format!("/metadata/annotations/{}", pointer(ACCOUNT_ANNOTATION))
+}
+
+/// Adds `name` to the account's `imagePullSecrets` if it is not there, and marks it as ours to remove later. An
+/// entry someone else put there first is left theirs: no mark.
+fn add_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
+    let entries = account.image_pull_secrets.as_deref().unwrap_or_default();
+    if entries.iter().any(|e| e.name == name) {
+        return None;
+    }
+    let version = account.metadata.resource_version.clone().unwrap_or_default();
+    let mut operations = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": version})];
+    if account.image_pull_secrets.is_none() {
+        operations.push(json!({"op": "add", "path": "/imagePullSecrets", "value": [{"name": name}]}));
+    } else {
+        operations.push(json!({"op": "add", "path": "/imagePullSecrets/-", "value": {"name": name}}));
+    }
+    if account.metadata.annotations.is_none() {
+        operations.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ACCOUNT_ANNOTATION: name}}));
+    } else {
+        operations.push(json!({"op": "add", "path": annotation_path(), "value": name}));
+    }
+    Some(Value::Array(operations))
+}
+
+/// Removes the entry this controller added (marked), and the mark; entries it did not add stay.
+fn remove_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
+    let marked = account.annotations().get(ACCOUNT_ANNOTATION).map(String::as_str) == Some(name);
+    if !marked {
+        return None;
+    }
+    let version = account.metadata.resource_version.clone().unwrap_or_default();
+    let mut operations = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": version})];
+    let entries = account.image_pull_secrets.as_deref().unwrap_or_default();
+    if let Some(index) = entries.iter().position(|e| e.name == name) {
+        operations.push(json!({"op": "remove", "path": format!("/imagePullSecrets/{index}")}));
+    }
+    operations.push(json!({"op": "remove", "path": annotation_path()}));
+    Some(Value::Array(operations))
+}
+
+fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
+    Notice { regarding: registry.reference.clone(), warning: true, reason, message }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,195 @@
+use super::*;
+use crate::hosting::LocalRegistryHostingV1;
+use crate::registry::{ServiceId, Source};
+use k8s_openapi::api::core::v1::{LocalObjectReference, ObjectReference};
+
+fn registry(source: Option<&str>) -> Registry {
+    Registry {
+        id: ServiceId { namespace: "reg".into(), name: "registry".into() },
+        source: Source::Labelled,
+        priority: 0,
+        created: None,
+        ready: true,
+        document: Ok(LocalRegistryHostingV1 {
+            host: Some("localhost:30500".into()),
+            host_from_cluster_network: Some("registry.reg.svc.cluster.local:5000".into()),
+            ..LocalRegistryHostingV1::default()
+        }),
+        reference: ObjectReference {
+            name: Some("registry".into()),
+            namespace: Some("reg".into()),
+            ..Default::default()
+        },
+        trusted: true,
+        pull_secret: source.map(Into::into),
+    }
+}
+
+fn source(pairs: &[(&str, &str)]) -> Arc<Secret> {
+    let data = pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect();
+    Arc::new(Secret { data: Some(data), ..Secret::default() })
+}
+
+fn observed(namespaces: &[&str], token: &str) -> Observed {
+    Observed {
+        sources: [(("reg".into(), "creds".into()), Ok(Some(source(&[("token", token)]))))].into(),
+        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        ..Observed::default()
+    }
+}
+
+fn settings(accounts: &[&str]) -> PullSecrets {
+    PullSecrets { service_accounts: accounts.iter().map(|a| a.to_string()).collect(), ..PullSecrets::default() }
+}
+
+fn stored(secret: Secret) -> Arc<Secret> {
+    Arc::new(Secret { metadata: ObjectMeta { uid: Some("uid-1".into()), ..secret.metadata }, ..secret })
+}
+
+fn account(namespace: &str, name: &str, entries: &[&str], marked: bool) -> Arc<ServiceAccount> {
+    Arc::new(ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            resource_version: Some("7".into()),
+            annotations: marked.then(|| [(ACCOUNT_ANNOTATION.to_string(), "local-registry-pull".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        image_pull_secrets: (!entries.is_empty())
+            .then(|| entries.iter().map(|e| LocalObjectReference { name: e.to_string() }).collect()),
+        ..ServiceAccount::default()
+    })
+}
+
+fn reasons(plan: &Plan) -> Vec<&str> {
+    plan.notices.iter().map(|n| n.reason).collect()
+}
+
+#[test]
+fn each_opted_in_namespace_gets_one_secret_and_kube_public_none() {
+    let published = registry(Some("creds"));
+    let observed = observed(&["app", "kube-public", "team"], "t0ken");
+    let plan = plan(Some(&published), &observed, &settings(&[]));
+    let namespaces: Vec<_> = plan.apply.iter().map(|s| s.metadata.namespace.as_deref().unwrap()).collect();
+    assert_eq!(namespaces, ["app", "team"]);
+    assert_eq!(reasons(&plan), ["PullSecretRefused"]);
+    let secret = &plan.apply[0];
+    assert_eq!(secret.type_.as_deref(), Some(SECRET_TYPE));
+    assert_eq!(secret.metadata.name.as_deref(), Some("local-registry-pull"));
+    assert!(is_ours(secret));
+    let config: Value = serde_json::from_slice(&secret.data.as_ref().unwrap()[DATA_KEY].0).unwrap();
+    let hosts: Vec<&String> = config["auths"].as_object().unwrap().keys().collect();
+    assert_eq!(hosts, ["localhost:30500", "registry.reg.svc.cluster.local:5000"]);
+}
+
+#[test]
+fn nothing_is_written_when_every_secret_already_holds_the_credentials() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app"], "t0ken");
+    let first = plan(Some(&published), &observed, &settings(&[]));
+    observed.secrets = first.apply.into_iter().map(stored).collect();
+    assert!(plan(Some(&published), &observed, &settings(&[])).is_empty());
+
+    // A rotated token rewrites it.
+    observed.sources = self::observed(&[], "rotated").sources;
+    let rotated = plan(Some(&published), &observed, &settings(&[]));
+    assert_eq!(rotated.apply.len(), 1);
+    let config = String::from_utf8(rotated.apply[0].data.as_ref().unwrap()[DATA_KEY].0.clone()).unwrap();
+    assert!(config.contains("\"password\":\"rotated\""), "{config}");
+}
+
+#[test]
+fn a_secret_someone_else_wrote_under_our_name_is_left_alone_and_reported() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app"], "t0ken");
+    let foreign = Secret {
+        metadata: ObjectMeta {
+            name: Some("local-registry-pull".into()),
+            namespace: Some("app".into()),
+            ..Default::default()
+        },
+        ..Secret::default()
+    };
+    observed.secrets = vec![Arc::new(foreign)];
+    observed.accounts = vec![account("app", "default", &[], false)];
+    let plan = plan(Some(&published), &observed, &settings(&["default"]));
+    assert!(plan.is_empty(), "{plan:?}");
+    assert_eq!(reasons(&plan), ["PullSecretNameTaken"]);
+}
+
+#[test]
+fn an_unusable_source_keeps_what_was_distributed_and_says_why() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app", "new"], "t0ken");
+    let first = plan(Some(&published), &observed, &settings(&[]));
+    observed.secrets =
+        first.apply.into_iter().filter(|s| s.metadata.namespace.as_deref() == Some("app")).map(stored).collect();
+    for (source, reason) in [
+        (Err("secrets \"creds\" is forbidden".to_string()), "PullSecretUnreadable"),
+        (Ok(None), "PullSecretMissing"),
+        (Ok(Some(source(&[("password", "p")]))), "PullSecretInvalid"),
+    ] {
+        observed.sources = [(("reg".into(), "creds".into()), source)].into();
+        let plan = plan(Some(&published), &observed, &settings(&[]));
+        assert!(plan.is_empty(), "{reason}: {plan:?}");
+        assert_eq!(reasons(&plan), [reason]);
+    }
+}
+
+#[test]
+fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app", "other"], "t0ken");
+    let accounts = settings(&["default", "builder"]);
+    observed.accounts = vec![
+        account("app", "default", &["theirs"], false),
+        account("app", "builder", &["local-registry-pull"], false),
+        account("other", "default", &[], false),
+        account("app", "unrelated", &[], false),
+    ];
+    let first = plan(Some(&published), &observed, &accounts);
+    let patched: Vec<_> = first.accounts.iter().map(|a| format!("{}/{}", a.namespace, a.name)).collect();
+    assert_eq!(patched, ["app/default", "other/default"], "builder already lists it; unrelated is not chosen");
+    assert_eq!(
+        first.accounts[0].patch,
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "add", "path": "/imagePullSecrets/-", "value": {"name": "local-registry-pull"}},
+            {"op": "add", "path": "/metadata/annotations", "value": {ACCOUNT_ANNOTATION: "local-registry-pull"}},
+        ])
+    );
+    assert_eq!(
+        first.accounts[1].patch[1],
+        json!({"op": "add", "path": "/imagePullSecrets", "value": [{"name": "local-registry-pull"}]})
+    );
+
+    // After the writes: every Secret stored, the default accounts marked.
+    observed.secrets = first.apply.into_iter().map(stored).collect();
+    observed.accounts = vec![
+        account("app", "default", &["theirs", "local-registry-pull"], true),
+        account("app", "builder", &["local-registry-pull"], false),
+        account("other", "default", &["local-registry-pull"], true),
+    ];
+    assert!(plan(Some(&published), &observed, &accounts).is_empty());
+
+    // "other" is no longer opted in, and then the annotation goes.
+    observed.namespaces.remove("other");
+    let unlabelled = plan(Some(&published), &observed, &accounts);
+    assert_eq!(unlabelled.delete, [("other".to_string(), Some("uid-1".to_string()))]);
+    assert_eq!(unlabelled.accounts.len(), 1);
+    assert_eq!(
+        unlabelled.accounts[0].patch,
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "remove", "path": "/imagePullSecrets/0"},
+            {"op": "remove", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret"},
+        ])
+    );
+    let gone = plan(Some(&registry(None)), &observed, &accounts);
+    let deleted: Vec<_> = gone.delete.iter().map(|(ns, _)| ns.as_str()).collect();
+    assert_eq!(deleted, ["app", "other"]);
+    let patched: Vec<_> = gone.accounts.iter().map(|a| format!("{}/{}", a.namespace, a.name)).collect();
+    assert_eq!(patched, ["app/default", "other/default"], "builder's entry was not ours");
+    assert_eq!(gone.accounts[0].patch[1], json!({"op": "remove", "path": "/imagePullSecrets/1"}), "theirs stays");
+    assert_eq!(plan(None, &observed, &accounts).delete.len(), 2, "nothing published: the same");
+}

@@ -1,0 +1,391 @@
+//! --pull-secrets against the real control plane: the published registry's credentials reach exactly the namespaces
+//! a cluster admin labelled, follow rotation and address changes, patch chosen ServiceAccounts without disturbing
+//! others' entries, leave foreign Secrets alone, and go again when the namespace, registry or annotation goes; and
+//! the chart's RBAC allows that and nothing more.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use local_registry_publisher::settings::PullSecrets;
+use serde_json::{Value, json};
+use support::binary::Controller;
+use support::{SOON, Scenario, apply_in, ok, registry_label, service, wait_until};
+use testbed::ControlPlane;
+
+const LABEL: &str = "local-registry-publisher.io/pull-secret=wanted";
+
+fn kubectl(args: &[&str]) -> String {
+    ok(support::tool(ControlPlane::shared(), "kubectl", args))
+}
+
+/// A registry Service reached from outside at `host` that names `source` as its pull credentials.
+fn registry(host: &str, source: Option<&str>) -> Value {
+    let mut annotations = json!({"local-registry-publisher.io/host": host});
+    if let Some(source) = source {
+        annotations["local-registry-publisher.io/pull-secret"] = json!(source);
+    }
+    service(
+        "registry",
+        registry_label(),
+        annotations,
+        json!({"type": "ExternalName", "externalName": "zot.example", "ports": [{"name": "registry", "port": 5000}]}),
+    )
+}
+
+fn source(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data})
+}
+
+/// The `.dockerconfigjson` of the Secret `name` in `ns`, parsed; `None` when there is no such Secret.
+async fn docker_config(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await.expect("GET Secret")?;
+    let bytes = secret.data?.remove(".dockerconfigjson")?;
+    Some(serde_json::from_slice(&bytes.0).expect("valid JSON"))
+}
+
+/// Address -> (username, password) from `auths`, after checking `auth` says the same.
+fn entries(config: &Value) -> BTreeMap<String, (String, String)> {
+    use base64::Engine;
+    let auths = config["auths"].as_object().expect("auths");
+    auths
+        .iter()
+        .map(|(address, entry)| {
+            let auth = base64::engine::general_purpose::STANDARD.decode(entry["auth"].as_str().unwrap()).unwrap();
+            let (user, password) = (entry["username"].as_str().unwrap(), entry["password"].as_str().unwrap());
+            assert_eq!(String::from_utf8(auth).unwrap(), format!("{user}:{password}"));
+            (address.clone(), (user.to_string(), password.to_string()))
+        })
+        .collect()
+}
+
+async fn wait_config(client: &Client, ns: &str, name: &str, what: &str, check: impl Fn(&Option<Value>) -> bool) {
+    let found = wait_until(SOON, || async {
+        let config = docker_config(client, ns, name).await;
+        check(&config).then_some(())
+    })
+    .await;
+    assert!(found.is_some(), "{what}: {ns}/{name} is {:?}", docker_config(client, ns, name).await);
+}
+
+async fn pull_secret_names(client: &Client, ns: &str, account: &str) -> Vec<String> {
+    let account = Api::<ServiceAccount>::namespaced(client.clone(), ns).get(account).await.expect("GET account");
+    account.image_pull_secrets.unwrap_or_default().into_iter().map(|r| r.name).collect()
+}
+
+/// Waits until the account lists exactly `wanted`, besides the Secrets of the other tests' publishers (named
+/// `pull-<their namespace>`), which run side by side and see every labelled namespace too.
+async fn wait_account(client: &Client, ns: &str, account: &str, ours: &str, wanted: &[&str]) {
+    let listed = || async {
+        let names = pull_secret_names(client, ns, account).await;
+        names.into_iter().filter(|n| !n.starts_with("pull-") || n == ours).collect::<Vec<_>>()
+    };
+    let found = wait_until(SOON, || async { (listed().await == wanted).then_some(()) }).await;
+    assert!(found.is_some(), "{ns}/{account} lists {:?}, not {wanted:?}", listed().await);
+}
+
+/// A scenario whose publisher distributes a Secret named after the test, so tests running side by side (each
+/// sees every labelled namespace) keep to their own Secrets.
+async fn scenario(prefix: &str, accounts: &[&str]) -> (Scenario, String) {
+    let mut scenario = Scenario::new(prefix).await;
+    let name = format!("pull-{}", scenario.ns);
+    scenario.settings.pull_secrets =
+        Some(PullSecrets { name: name.clone(), service_accounts: accounts.iter().map(|a| a.to_string()).collect() });
+    (scenario, name)
+}
+
+#[tokio::test]
+async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exactly_what_was_added() {
+    let plane = ControlPlane::shared();
+    let (scenario, name) = scenario("pull", &["default", "builder"]).await;
+    let client = scenario.client.clone();
+    let (wanted, unwanted) =
+        (plane.namespace(&client, "pull-app").await.unwrap(), plane.namespace(&client, "pull-other").await.unwrap());
+    kubectl(&["label", "namespace", &wanted, LABEL]);
+    // Someone else's entry on a chosen account stays whatever we do.
+    apply_in(
+        &client,
+        &wanted,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"},
+        "imagePullSecrets": [{"name": "theirs"}]}),
+    )
+    .await;
+    scenario.apply(source("creds", json!({"token": "first-token"}))).await;
+    scenario.apply(registry("localhost:5001", Some("creds"))).await;
+    let running = scenario.start();
+
+    let cluster_host = "zot.example:5000";
+    let first = [
+        ("localhost:5001".to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
+        (cluster_host.to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
+    ];
+    wait_config(&client, &wanted, &name, "one entry per published address, token as password", |c| {
+        c.as_ref().is_some_and(|c| entries(c) == BTreeMap::from(first.clone()))
+    })
+    .await;
+    let secret = Api::<Secret>::namespaced(client.clone(), &wanted).get(&name).await.unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    assert_eq!(docker_config(&client, &unwanted, &name).await, None, "a namespace nobody labelled gets nothing");
+    assert_eq!(docker_config(&client, &scenario.ns, &name).await, None, "nor does the registry's own");
+    wait_account(&client, &wanted, "default", &name, &[&name]).await;
+    wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
+    let untouched = pull_secret_names(&client, &unwanted, "default").await;
+    assert!(untouched.is_empty(), "{untouched:?}");
+
+    // Rotation: a new token reaches the Secret; the time it took is printed, not asserted.
+    let rotated = Instant::now();
+    scenario.apply(source("creds", json!({"token": "second-token"}))).await;
+    wait_config(&client, &wanted, &name, "the rotated token", |c| {
+        c.as_ref().is_some_and(|c| entries(c).values().all(|(_, p)| p == "second-token"))
+    })
+    .await;
+    println!("rotation reached the pull Secret in {:?}", rotated.elapsed());
+
+    // The registry moves: the entries follow its published addresses.
+    scenario.apply(registry("localhost:5002", Some("creds"))).await;
+    wait_config(&client, &wanted, &name, "the new address", |c| {
+        c.as_ref().is_some_and(|c| entries(c).keys().map(String::as_str).eq(["localhost:5002", cluster_host]))
+    })
+    .await;
+
+    // A source that cannot be used keeps the last good Secret and says why on the registry.
+    scenario.delete("v1", "Secret", "creds").await;
+    scenario.wait_event("registry", "PullSecretMissing").await;
+    scenario.apply(source("creds", json!({"password": "no-user"}))).await;
+    let note = scenario.wait_event("registry", "PullSecretInvalid").await;
+    assert!(note.contains("no \"username\""), "{note}");
+    let kept = docker_config(&client, &wanted, &name).await.expect("still there");
+    assert!(entries(&kept).values().all(|(_, p)| p == "second-token"));
+    scenario.apply(source("creds", json!({"username": "ci", "password": "pair"}))).await;
+    wait_config(&client, &wanted, &name, "user and password", |c| {
+        c.as_ref().is_some_and(|c| entries(c).values().all(|(u, p)| u == "ci" && p == "pair"))
+    })
+    .await;
+
+    // Opt-out of the namespace: our Secret and our entries go; theirs stays.
+    kubectl(&["label", "namespace", &wanted, "local-registry-publisher.io/pull-secret-"]);
+    wait_config(&client, &wanted, &name, "removed when unlabelled", Option::is_none).await;
+    wait_account(&client, &wanted, "default", &name, &[]).await;
+    wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
+
+    // Back in, then the annotation goes: the same clean-up.
+    kubectl(&["label", "namespace", &wanted, LABEL]);
+    wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
+    scenario.apply(registry("localhost:5002", None)).await;
+    wait_config(&client, &wanted, &name, "removed with the annotation", Option::is_none).await;
+    wait_account(&client, &wanted, "default", &name, &[]).await;
+    wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
+    let marks = Api::<ServiceAccount>::namespaced(client.clone(), &wanted).get("default").await.unwrap();
+    assert!(
+        !marks.metadata.annotations.unwrap_or_default().contains_key("local-registry-publisher.io/added-pull-secret")
+    );
+
+    // And when the registry itself goes.
+    scenario.apply(registry("localhost:5002", Some("creds"))).await;
+    wait_config(&client, &wanted, &name, "back", Option::is_some).await;
+    scenario.delete("v1", "Service", "registry").await;
+    wait_config(&client, &wanted, &name, "removed with the registry", Option::is_none).await;
+    running.stop().await;
+    for ns in [wanted, unwanted] {
+        plane.delete_namespace(&client, &ns).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_reported() {
+    let plane = ControlPlane::shared();
+    let (scenario, name) = scenario("pull-foreign", &["default"]).await;
+    let client = scenario.client.clone();
+    let taken = plane.namespace(&client, "pull-taken").await.unwrap();
+    let foreign = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "stringData": {"note": "not the controller's"}});
+    let foreign: Secret = serde_json::from_value(foreign).unwrap();
+    Api::<Secret>::namespaced(client.clone(), &taken).create(&PostParams::default(), &foreign).await.unwrap();
+    kubectl(&["label", "namespace", &taken, LABEL]);
+    scenario.apply(source("creds", json!({"token": "t"}))).await;
+    scenario.apply(registry("localhost:5001", Some("creds"))).await;
+    let running = scenario.start();
+
+    let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
+    assert!(note.contains(&taken), "{note}");
+    let secret = Api::<Secret>::namespaced(client.clone(), &taken).get(&name).await.unwrap();
+    assert_eq!(secret.data.unwrap_or_default().keys().collect::<Vec<_>>(), ["note"], "unchanged");
+    let listed = pull_secret_names(&client, &taken, "default").await;
+    assert!(!listed.contains(&name), "no account names a Secret we did not write: {listed:?}");
+    running.stop().await;
+    plane.delete_namespace(&client, &taken).await.unwrap();
+}
+
+/// A kubeconfig that authenticates as `account` in `ns` and nothing else.
+fn account_kubeconfig(account: &str, ns: &str) -> std::path::PathBuf {
+    let plane = ControlPlane::shared();
+    let token = kubectl(&["create", "token", account, "-n", ns, "--duration", "1h"]);
+    let path = plane.dir().join(format!("{ns}-{account}.kubeconfig"));
+    let ca = plane.dir().join("pki/ca.crt");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+        plane.server(),
+        ca.display(),
+        token.trim()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what} should be forbidden, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_chart_rbac_lets_the_controller_distribute_by_name_and_denies_every_other_secret() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let release_ns = plane.namespace(&admin, "pull-rbac").await.unwrap();
+    let registry_ns = plane.namespace(&admin, "pull-rbac-registry").await.unwrap();
+    let app = plane.namespace(&admin, "pull-rbac-app").await.unwrap();
+    let name = format!("pull-{release_ns}");
+    let selector = format!("testbed.local/pull-rbac={release_ns}");
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/local-registry-publisher");
+    let values = [
+        format!("configMap.namespace={release_ns}"),
+        format!("registry.watchNamespaces={{{registry_ns}}}"),
+        format!("registry.selector={selector}"),
+        "registry.builtin=false".into(),
+        "pullSecrets.enabled=true".into(),
+        format!("pullSecrets.name={name}"),
+        "pullSecrets.serviceAccounts={default}".into(),
+    ];
+    let mut args = vec!["install", "pull-rbac", chart.to_str().unwrap(), "-n", &release_ns];
+    args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
+    ok(support::tool(plane, "helm", &args));
+    let kubeconfig = account_kubeconfig("pull-rbac-local-registry-publisher", &release_ns);
+    kubectl(&["label", "namespace", &app, LABEL]);
+
+    let (key, value) = selector.split_once('=').unwrap();
+    let labels = json!({key: value});
+    let allowed = source("registry-credentials", json!({"token": "allowed"}));
+    apply_in(&admin, &registry_ns, allowed).await;
+    apply_in(&admin, &registry_ns, source("elsewhere", json!({"token": "not readable"}))).await;
+    let registry = |source: &str| {
+        service(
+            "registry",
+            labels.clone(),
+            json!({"local-registry-publisher.io/host": "localhost:5001",
+            "local-registry-publisher.io/pull-secret": source}),
+            json!({"type": "ExternalName", "externalName": "zot.example", "ports": [{"name": "registry", "port": 5000}]}),
+        )
+    };
+    apply_in(&admin, &registry_ns, registry("registry-credentials")).await;
+    let controller = Controller::start(&[
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--configmap-namespace={release_ns}"),
+        format!("--watch-namespaces={registry_ns}"),
+        format!("--registry-selector={selector}"),
+        "--no-builtin-registries".into(),
+        "--pull-secrets".into(),
+        format!("--pull-secret-name={name}"),
+        "--pull-secret-service-accounts=default".into(),
+    ]);
+    // Created by server-side apply with only the name-limited grants, and the account patched.
+    let written = wait_until(SOON, || async { docker_config(&admin, &app, &name).await }).await;
+    let written = written.unwrap_or_else(|| panic!("no pull Secret; controller log:\n{}", controller.logs()));
+    assert!(entries(&written).values().all(|(_, p)| p == "allowed"));
+    wait_account(&admin, &app, "default", &name, &[&name]).await;
+
+    // A source the chart does not name cannot be read: told on the registry, and what was distributed stays.
+    apply_in(&admin, &registry_ns, registry("elsewhere")).await;
+    let events = Scenario { client: admin.clone(), ns: registry_ns.clone(), settings: Default::default() };
+    let note = events.wait_event("registry", "PullSecretUnreadable").await;
+    assert!(note.contains("forbidden"), "{note}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(entries(&docker_config(&admin, &app, &name).await.unwrap()).values().all(|(_, p)| p == "allowed"));
+    let (_, ready) = controller.get("/readyz").expect("readyz answers");
+    assert!(!ready.contains("unreachable"), "a Secret it may not read does not make the API server look down: {ready}");
+
+    // Nothing beyond its grants.
+    let client = {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        Client::try_from(config).unwrap()
+    };
+    let secrets = Api::<Secret>::namespaced(client.clone(), &registry_ns);
+    forbidden(secrets.get("elsewhere").await, "reading a Secret the chart does not name");
+    forbidden(secrets.list(&Default::default()).await, "listing Secrets");
+    forbidden(Api::<Secret>::all(client.clone()).list(&Default::default()).await, "listing Secrets cluster-wide");
+    let other: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "other"}, "stringData": {"a": "b"}})).unwrap();
+    let app_secrets = Api::<Secret>::namespaced(client.clone(), &app);
+    forbidden(app_secrets.create(&PostParams::default(), &other).await, "creating another Secret");
+    forbidden(
+        app_secrets.patch("other", &PatchParams::apply("x"), &Patch::Apply(&other)).await,
+        "applying a Secret of another name",
+    );
+    forbidden(
+        Api::<Secret>::namespaced(client.clone(), &registry_ns)
+            .delete("registry-credentials", &Default::default())
+            .await,
+        "deleting a source Secret",
+    );
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), &app);
+    forbidden(accounts.list(&Default::default()).await, "listing ServiceAccounts");
+    let builder: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "builder"}})).unwrap();
+    forbidden(accounts.create(&PostParams::default(), &builder).await, "creating a ServiceAccount");
+    assert!(!controller.logs().contains("panicked"), "{}", controller.logs());
+
+    ok(support::tool(plane, "helm", &["uninstall", "pull-rbac", "-n", &release_ns]));
+    for ns in [release_ns, registry_ns, app] {
+        plane.delete_namespace(&admin, &ns).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_kubelets_own_credential_code_resolves_every_published_address_from_the_secret_we_wrote() {
+    let plane = ControlPlane::shared();
+    let (scenario, name) = scenario("pull-kubelet", &[]).await;
+    let client = scenario.client.clone();
+    let app = plane.namespace(&client, "pull-kubelet-app").await.unwrap();
+    kubectl(&["label", "namespace", &app, LABEL]);
+    scenario.apply(source("creds", json!({"token": "a-token:with-colon"}))).await;
+    let mut registry = registry("localhost:5001", Some("creds"));
+    registry["metadata"]["annotations"]["local-registry-publisher.io/host-from-container-runtime"] =
+        json!("127.0.0.1:5001");
+    scenario.apply(registry).await;
+    let running = scenario.start();
+    wait_config(&client, &app, &name, "the pull Secret", Option::is_some).await;
+    running.stop().await;
+
+    // The Secret as the kubelet gets it from the API server.
+    let secret = Api::<Secret>::namespaced(client.clone(), &app).get(&name).await.unwrap();
+    let path = plane.dir().join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec(&secret).unwrap()).unwrap();
+    let tools_k8s = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/k8s");
+    // The flags hack/tools.sh builds the kubelet with, so the compiled packages come from the Go cache.
+    let output = std::process::Command::new("go")
+        .args(["test", "-trimpath", "-tags", "selinux,notest", "-count=1", "-v", "./pullsecret/"])
+        .current_dir(&tools_k8s)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOWORK", "off")
+        .env("GOFLAGS", "-mod=readonly")
+        .env("LRP_PULL_SECRET", &path)
+        .env("LRP_PULL_ADDRESSES", "localhost:5001,127.0.0.1:5001,zot.example:5000")
+        .env("LRP_PULL_USERNAME", "oauth2accesstoken")
+        .env("LRP_PULL_PASSWORD", "a-token:with-colon")
+        .output()
+        .expect("run go test (Go is part of this machine kind)");
+    let report = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the kubelet's credential code disagrees:\n{report}");
+    assert!(report.contains("resolves 3 addresses"), "{report}");
+    plane.delete_namespace(&client, &app).await.unwrap();
+}
