@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane, CoreDNS) into a cache outside the work tree, after installing the Debian packages they need.
+# crane and the tests' authenticating registry, CoreDNS) into a cache outside the work tree, after installing the
+# Debian packages they need.
 #
 #   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir      print that directory only (exit 1 when something is not built yet)
 #
 # Each tool is one Go module under tools/<name> (go.mod and go.sum committed). A build lands in
-# $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum and this script>/ and is reused until one of those
+# $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum, the module's own sources and this script>/ and is reused until one of those
 # changes, so a warm run takes seconds. Every binary is then linked into $LRP_CACHE_DIR/bin-<hash of all>/.
 set -euo pipefail
 
@@ -35,7 +36,7 @@ tools() {
   echo "containerd|$(module_version containerd github.com/containerd/containerd/v2)|containerd=$c/containerd containerd-shim-runc-v2=$c/containerd-shim-runc-v2 ctr=$c/ctr"
   echo "runc|$(module_version runc github.com/opencontainers/runc)|runc=github.com/opencontainers/runc"
   echo "cni|$(module_version cni github.com/containernetworking/plugins)|bridge=$p/main/bridge host-local=$p/ipam/host-local loopback=$p/main/loopback portmap=$p/meta/portmap"
-  echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane"
+  echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane authregistry=local-registry-publisher/tools/crane/authregistry"
   echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
 }
 
@@ -67,7 +68,10 @@ recipe=2
 # A build is keyed by everything that shapes it: the module pins, what is built, how, and by which Go.
 key_of() {
   local name=$1 targets=$2
-  { cat "$root/tools/$name/go.mod" "$root/tools/$name/go.sum"; echo "$targets|$(ldflags_of "$name")|$recipe"; go env GOVERSION; } |
+  # A module's own commands (tools/crane/authregistry) count too; tools.go and tests are not built.
+  { cat "$root/tools/$name/go.mod" "$root/tools/$name/go.sum"
+    find "$root/tools/$name" -name '*.go' ! -name tools.go ! -name '*_test.go' | sort | xargs -r cat
+    echo "$targets|$(ldflags_of "$name")|$recipe"; go env GOVERSION; } |
     sha256sum | cut -c1-12
 }
 

@@ -116,12 +116,16 @@ async fn logs(client: &Client, ns: &str, pod: &str) -> String {
 }
 
 /// Pushes an image to `registry` with crane, from the machine or from the node, until the path exists (kube-proxy
-/// and portmap program their rules a moment after the registry is Ready).
-fn push(from_node: bool, layout: &Path, reference: &str) {
+/// and portmap program their rules a moment after the registry is Ready). `docker_config` is a directory holding
+/// the `config.json` crane takes credentials from.
+fn push(from_node: bool, layout: &Path, reference: &str, docker_config: Option<&Path>) {
     let crane = plane().tools().join("crane");
     let mut last = String::new();
     for _ in 0..60 {
         let mut command = if from_node { node().command(&crane) } else { Command::new(&crane) };
+        if let Some(dir) = docker_config {
+            command.env("DOCKER_CONFIG", dir);
+        }
         let output = command.arg("push").arg(layout).arg(reference).arg("--insecure").output().expect("run crane");
         if output.status.success() {
             return;
@@ -152,7 +156,7 @@ async fn kep_flow(client: &Client, ns: &str, document: &LocalRegistryHostingV1, 
     let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
     let cluster = document.host_from_cluster_network.clone().expect("a host for pods");
     let pause = plane().dir().join("images/pause");
-    push(push_from_node, &pause, &format!("{host}/kep/pause:1"));
+    push(push_from_node, &pause, &format!("{host}/kep/pause:1"), None);
 
     // The node's runtime pulls the pushed image through the published runtime host.
     let image = format!("{runtime}/kep/pause:1");
@@ -384,4 +388,140 @@ async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_
     }
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     assert!(configmaps.get_opt("hosting").await.expect("GET").is_none(), "no ConfigMap at all");
+}
+
+/// The pull Secret in `ns`, once it holds `password`; crane reads it as `<dir>/config.json`.
+async fn wait_pull_secret(client: &Client, ns: &str, password: &str, dir: &Path) -> serde_json::Value {
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns);
+    let found = wait_until(SOON, || async {
+        let secret = secrets.get_opt("local-registry-pull").await.ok()??;
+        let config = secret.data?.remove(".dockerconfigjson")?;
+        let parsed: serde_json::Value = serde_json::from_slice(&config.0).ok()?;
+        let entries = parsed["auths"].as_object()?;
+        entries.values().all(|e| e["password"] == password).then_some((config.0, parsed))
+    })
+    .await;
+    let (bytes, parsed) = found.unwrap_or_else(|| panic!("no pull Secret holding the expected token in {ns}"));
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), bytes).unwrap();
+    parsed
+}
+
+/// Why the pod's container is waiting (reason: message), if it is.
+async fn waiting(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let pod = Api::<Pod>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
+    let statuses = pod.status?.container_statuses?;
+    let waiting = statuses.first()?.state.as_ref()?.waiting.clone()?;
+    Some(format!("{}: {}", waiting.reason.unwrap_or_default(), waiting.message.unwrap_or_default()))
+}
+
+fn app_pod(name: &str, image: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
+}
+
+#[tokio::test]
+async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_secret_through_rotation() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "pullauth").await.expect("namespace");
+    let app = plane.namespace(&client, "pullauth-app").await.expect("namespace");
+    let plain = plane.namespace(&client, "pullauth-plain").await.expect("namespace");
+    ok(tool("kubectl", &["label", "namespace", &app, "local-registry-publisher.io/pull-secret=wanted"]));
+
+    // The registry's owner: a token in a Secret, a registry that accepts only it, and a Service naming both.
+    let source = |token: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-credentials"},
+            "stringData": {"token": token}})
+    };
+    apply_in(&client, &ns, source("first-token")).await;
+    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [{
+                "name": "registry", "image": images().name, "imagePullPolicy": "Never",
+                "command": ["/authregistry", "--address", ":5000"],
+                "env": [
+                    {"name": "REGISTRY_USERNAME", "value": "oauth2accesstoken"},
+                    {"name": "REGISTRY_PASSWORD",
+                        "valueFrom": {"secretKeyRef": {"name": "registry-credentials", "key": "token"}}}],
+                "ports": [{"name": "registry", "containerPort": 5000}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000}, "periodSeconds": 1}}]}}}});
+    apply_in(&client, &ns, registry).await;
+    let service = |annotated: bool| {
+        let annotations = if annotated {
+            json!({"local-registry-publisher.io/pull-secret": "registry-credentials"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
+            "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
+    };
+    apply_in(&client, &ns, service(true)).await;
+    let mut values = isolated_values(&ns);
+    values.extend(["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()]);
+    helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
+    let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
+    })
+    .await;
+    let host = document.host.clone().expect("a host");
+    let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
+
+    // The distributed Secret has an entry per published address, and is what tools push with.
+    let first = plane.dir().join(format!("{ns}-first"));
+    let config = wait_pull_secret(&client, &app, "first-token", &first).await;
+    let addresses: BTreeSet<&str> = config["auths"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(addresses, BTreeSet::from([host.as_str(), runtime.as_str(), cluster_host.as_str()]));
+    push(true, &plane.dir().join("images/pause"), &format!("{host}/auth/pause:1"), Some(&first));
+
+    // Without the Secret the registry refuses the node: a namespace nobody labelled cannot pull.
+    let image = format!("{runtime}/auth/pause:1");
+    apply_in(&client, &plain, app_pod("app", &image)).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &plain, "app").await.filter(|w| w.contains("no basic auth credentials"))
+    })
+    .await;
+    assert!(refused.is_some(), "pulling without credentials: {:?}", waiting(&client, &plain, "app").await);
+
+    // In the labelled namespace the default ServiceAccount names the Secret, so a plain pod pulls through the
+    // published runtime address.
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &app);
+    let patched = wait_until(SOON, || async {
+        let account = accounts.get("default").await.ok()?;
+        account.image_pull_secrets?.iter().any(|r| r.name == "local-registry-pull").then_some(())
+    })
+    .await;
+    assert!(patched.is_some(), "the default ServiceAccount was not given the pull Secret");
+    apply_in(&client, &app, app_pod("app", &image)).await;
+    wait_phase(&client, &app, "app", &["Running"]).await;
+
+    // Rotation: a new token reaches the Secret; the registry restarts with it (and empty), and the next pull
+    // works with the rotated Secret alone.
+    apply_in(&client, &ns, source("second-token")).await;
+    let second = plane.dir().join(format!("{ns}-second"));
+    wait_pull_secret(&client, &app, "second-token", &second).await;
+    ok(tool("kubectl", &["rollout", "restart", "deployment/registry", "-n", &ns]));
+    ok(tool("kubectl", &["rollout", "status", "deployment/registry", "-n", &ns, "--timeout=90s"]));
+    push(true, &plane.dir().join("images/pause"), &format!("{host}/auth/pause:2"), Some(&second));
+    apply_in(&client, &app, app_pod("rotated", &format!("{runtime}/auth/pause:2"))).await;
+    wait_phase(&client, &app, "rotated", &["Running"]).await;
+
+    // Removal: without the annotation the Secret and the ServiceAccount's entry go.
+    apply_in(&client, &ns, service(false)).await;
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &app);
+    let removed = wait_until(SOON, || async {
+        let gone = secrets.get_opt("local-registry-pull").await.ok()?.is_none();
+        let account = accounts.get("default").await.ok()?;
+        let listed = account.image_pull_secrets.unwrap_or_default().iter().any(|r| r.name == "local-registry-pull");
+        (gone && !listed).then_some(())
+    })
+    .await;
+    assert!(removed.is_some(), "the pull Secret or its ServiceAccount entry was left behind");
+    ok(tool("helm", &["uninstall", "pullauth", "-n", &ns, "--wait", "--timeout", "180s"]));
+    for ns in [&ns, &app, &plain] {
+        plane.delete_namespace(&client, ns).await.expect("delete namespace");
+    }
 }

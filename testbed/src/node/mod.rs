@@ -223,7 +223,8 @@ fn checked(what: &str, output: Output) -> Result<Output, Error> {
 pub fn crane_image(tools: &Path, dir: &Path) -> Result<Image, Error> {
     ImageSpec {
         name: "testbed.local/crane:1".into(),
-        files: vec![("/crane".into(), tools.join("crane"))],
+        // authregistry: the same registry behind basic authentication (tools/crane/authregistry).
+        files: vec![("/crane".into(), tools.join("crane")), ("/authregistry".into(), tools.join("authregistry"))],
         entrypoint: vec!["/crane".into()],
         ..ImageSpec::default()
     }
