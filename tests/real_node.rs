@@ -489,12 +489,14 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     // In the labelled namespace the default ServiceAccount names the Secret, so a plain pod pulls through the
     // published runtime address.
     let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &app);
-    let patched = wait_until(SOON, || async {
-        let account = accounts.get("default").await.ok()?;
-        account.image_pull_secrets?.iter().any(|r| r.name == "local-registry-pull").then_some(())
-    })
-    .await;
-    assert!(patched.is_some(), "the default ServiceAccount was not given the pull Secret");
+    let patched = || async {
+        wait_until(SOON, || async {
+            let account = accounts.get("default").await.ok()?;
+            account.image_pull_secrets?.iter().any(|r| r.name == "local-registry-pull").then_some(())
+        })
+        .await
+    };
+    assert!(patched().await.is_some(), "the default ServiceAccount was not given the pull Secret");
     apply_in(&client, &app, app_pod("app", &image)).await;
     wait_phase(&client, &app, "app", &["Running"]).await;
 
@@ -520,7 +522,16 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     })
     .await;
     assert!(removed.is_some(), "the pull Secret or its ServiceAccount entry was left behind");
+
+    // Back, and then helm uninstall: its hook removes them as well.
+    apply_in(&client, &ns, service(true)).await;
+    wait_pull_secret(&client, &app, "second-token", &second).await;
+    assert!(patched().await.is_some(), "the default ServiceAccount was given the pull Secret again");
     ok(tool("helm", &["uninstall", "pullauth", "-n", &ns, "--wait", "--timeout", "180s"]));
+    assert!(secrets.get_opt("local-registry-pull").await.expect("GET").is_none(), "uninstall removed the Secret");
+    let account = accounts.get("default").await.expect("GET account");
+    let listed = account.image_pull_secrets.unwrap_or_default();
+    assert!(listed.iter().all(|r| r.name != "local-registry-pull"), "uninstall removed our entry: {listed:?}");
     for ns in [&ns, &app, &plain] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");
     }

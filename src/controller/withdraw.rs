@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use tracing::info;
@@ -18,7 +20,8 @@ use tracing::info;
 use super::writer::ConfigMapWriter;
 use crate::metrics::Metrics;
 use crate::plan::{self, Action, Existing, withdrawal};
-use crate::settings::Settings;
+use crate::pull;
+use crate::settings::{PullSecrets, Settings};
 
 /// How long the controller's pods may take to exit: their termination grace period plus a margin.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -56,6 +59,9 @@ pub async fn withdraw(
     if let Some((namespace, name)) = stop_deployment {
         stop(client.clone(), namespace, name).await?;
     }
+    if let Some(pull) = &settings.pull_secrets {
+        remove_pull_secrets(client.clone(), pull).await?;
+    }
     let target = settings.target();
     let writer = ConfigMapWriter::new(client, settings, Metrics::default());
     let Some(configmap) = writer.read().await? else {
@@ -84,6 +90,29 @@ pub async fn withdraw(
             Ok(Outcome::NotOurs)
         }
     }
+}
+
+/// Removes every pull Secret we wrote and every ServiceAccount entry we added: the pull plan with nothing
+/// published, over what a list (instead of the controller's watches) finds.
+async fn remove_pull_secrets(client: Client, settings: &PullSecrets) -> Result<(), Error> {
+    let listed = |source| super::Error::Read { target: "pull Secrets".into(), source };
+    let by_name = |name: &str| ListParams::default().fields(&format!("metadata.name={name}"));
+    let secrets = Api::<Secret>::all(client.clone()).list(&by_name(&settings.name)).await.map_err(listed)?;
+    let mut accounts = Vec::new();
+    for name in &settings.service_accounts {
+        let found = Api::<ServiceAccount>::all(client.clone()).list(&by_name(name)).await.map_err(listed)?;
+        accounts.extend(found.items.into_iter().map(Arc::new));
+    }
+    let observed = pull::Observed {
+        secrets: secrets.items.into_iter().map(Arc::new).collect(),
+        accounts,
+        ..pull::Observed::default()
+    };
+    let plan = pull::plan(None, &observed, settings);
+    let writer = super::pull::PullWriter::new(client, Metrics::default());
+    writer.carry_out(&plan, None, &mut Vec::new()).await?;
+    info!(secrets = plan.delete.len(), serviceaccounts = plan.accounts.len(), "pull Secrets withdrawn");
+    Ok(())
 }
 
 /// Scales the Deployment to zero and waits until none of its pods exists.
