@@ -273,3 +273,56 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     assert_eq!(code, Some(4), "{text}");
     assert!(text.contains("STALE: the controller would publish host=registry.example:5000"), "{text}");
 }
+
+#[tokio::test]
+async fn render_pull_secret_writes_a_token_only_secret_with_an_entry_per_address_that_the_api_server_accepts() {
+    let s = Scenario::new("cli-pull").await;
+    let servers = ["--server", "localhost:30500", "--server", "registry.registry.svc.cluster.local:5000"];
+    let mut args = vec!["render-pull-secret", "--name", "pull", "-n", s.ns.as_str()];
+    args.extend(servers);
+    let rendered = run(&args, Some("a-token\n"));
+    assert_eq!(rendered.status.code(), Some(0), "{}", String::from_utf8_lossy(&rendered.stderr));
+    let manifest = stdout(&rendered);
+    let plane = ControlPlane::shared();
+    let mut apply = Command::new(plane.tools().join("kubectl"))
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    {
+        use std::io::Write;
+        apply.stdin.take().expect("stdin").write_all(manifest.as_bytes()).expect("write");
+    }
+    let applied = apply.wait_with_output().expect("kubectl apply");
+    assert!(applied.status.success(), "{}\n{manifest}", String::from_utf8_lossy(&applied.stderr));
+
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(s.client.clone(), &s.ns);
+    let secret = secrets.get("pull").await.expect("the Secret was created");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    let config: serde_json::Value = serde_json::from_slice(&secret.data.unwrap()[".dockerconfigjson"].0).unwrap();
+    let auths = config["auths"].as_object().expect("auths");
+    assert_eq!(auths.keys().collect::<Vec<_>>(), ["localhost:30500", "registry.registry.svc.cluster.local:5000"]);
+    for entry in auths.values() {
+        assert_eq!(entry["username"], "oauth2accesstoken", "the documented placeholder");
+        assert_eq!(entry["password"], "a-token", "the trailing line break is not part of the token");
+    }
+
+    // A user name, and the errors: each exits 2 with the reason.
+    let named = run(&["render-pull-secret", "--server", "localhost:5001", "--username", "ci"], Some("pw"));
+    assert!(stdout(&named).contains("dockerconfigjson"), "{}", String::from_utf8_lossy(&named.stderr));
+    for (args, input, reason) in [
+        (vec!["render-pull-secret", "--server", "localhost:5001"], "", "standard input is empty"),
+        (vec!["render-pull-secret", "--server", "https://localhost:5001"], "t", "must not have a scheme"),
+        (vec!["render-pull-secret"], "t", "--server"),
+        (vec!["render-pull-secret", "--server", "localhost:5001", "--username", "a:b"], "t", "colon"),
+        (vec!["--pull-secret-service-accounts=default"], "", "--pull-secrets"),
+    ] {
+        let output = run(&args, Some(input));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    }
+}
