@@ -26,7 +26,8 @@ pub use credentials::Credentials;
 /// The namespace label a cluster admin sets to receive the pull Secret.
 pub const NAMESPACE_LABEL: &str = "local-registry-publisher.io/pull-secret";
 pub const NAMESPACE_VALUE: &str = "wanted";
-/// Marks a ServiceAccount whose `imagePullSecrets` entry this controller added (and so may remove).
+/// Marks a ServiceAccount whose `imagePullSecrets` entries this controller added (and so may remove): their names,
+/// comma-separated, since two releases with different Secret names may share an account.
 pub const ACCOUNT_ANNOTATION: &str = "local-registry-publisher.io/added-pull-secret";
 /// On each pull Secret: the registry (namespace/name) whose credentials it holds.
 pub const FROM_ANNOTATION: &str = "local-registry-publisher.io/registry";
@@ -159,7 +160,7 @@ pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSe
         }
         let patch = if holding.contains(namespace) {
             add_entry(account, &settings.name)
-        } else if ours.contains_key(namespace) || account.annotations().contains_key(ACCOUNT_ANNOTATION) {
+        } else if ours.contains_key(namespace) || marked(account).contains(settings.name.as_str()) {
             remove_entry(account, &settings.name)
         } else {
             None
@@ -231,6 +232,25 @@ fn annotation_path() -> String {
     format!("/metadata/annotations/{}", pointer(ACCOUNT_ANNOTATION))
 }
 
+/// The entries the account's mark says were added here.
+fn marked(account: &ServiceAccount) -> BTreeSet<&str> {
+    let mark = account.annotations().get(ACCOUNT_ANNOTATION).map(String::as_str).unwrap_or_default();
+    mark.split(',').map(str::trim).filter(|n| !n.is_empty()).collect()
+}
+
+/// The operation that leaves the mark at `names` (the resourceVersion test makes rewriting it safe).
+fn set_mark(account: &ServiceAccount, names: &BTreeSet<&str>) -> Value {
+    let value = names.iter().copied().collect::<Vec<_>>().join(",");
+    match &account.metadata.annotations {
+        None => json!({"op": "add", "path": "/metadata/annotations", "value": {ACCOUNT_ANNOTATION: value}}),
+        Some(_) if names.is_empty() => json!({"op": "remove", "path": annotation_path()}),
+        Some(annotations) if annotations.contains_key(ACCOUNT_ANNOTATION) => {
+            json!({"op": "replace", "path": annotation_path(), "value": value})
+        }
+        Some(_) => json!({"op": "add", "path": annotation_path(), "value": value}),
+    }
+}
+
 /// Adds `name` to the account's `imagePullSecrets` if it is not there, and marks it as ours to remove later. An
 /// entry someone else put there first is left theirs: no mark.
 fn add_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
@@ -245,18 +265,16 @@ fn add_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
     } else {
         operations.push(json!({"op": "add", "path": "/imagePullSecrets/-", "value": {"name": name}}));
     }
-    if account.metadata.annotations.is_none() {
-        operations.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ACCOUNT_ANNOTATION: name}}));
-    } else {
-        operations.push(json!({"op": "add", "path": annotation_path(), "value": name}));
-    }
+    let mut mark = marked(account);
+    mark.insert(name);
+    operations.push(set_mark(account, &mark));
     Some(Value::Array(operations))
 }
 
 /// Removes the entry this controller added (marked), and the mark; entries it did not add stay.
 fn remove_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
-    let marked = account.annotations().get(ACCOUNT_ANNOTATION).map(String::as_str) == Some(name);
-    if !marked {
+    let mut mark = marked(account);
+    if !mark.remove(name) {
         return None;
     }
     let version = account.metadata.resource_version.clone().unwrap_or_default();
@@ -265,7 +283,7 @@ fn remove_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
     if let Some(index) = entries.iter().position(|e| e.name == name) {
         operations.push(json!({"op": "remove", "path": format!("/imagePullSecrets/{index}")}));
     }
-    operations.push(json!({"op": "remove", "path": annotation_path()}));
+    operations.push(set_mark(account, &mark));
     Some(Value::Array(operations))
 }
 

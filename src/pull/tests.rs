@@ -46,13 +46,13 @@ fn stored(secret: Secret) -> Arc<Secret> {
     Arc::new(Secret { metadata: ObjectMeta { uid: Some("uid-1".into()), ..secret.metadata }, ..secret })
 }
 
-fn account(namespace: &str, name: &str, entries: &[&str], marked: bool) -> Arc<ServiceAccount> {
+fn account(namespace: &str, name: &str, entries: &[&str], mark: Option<&str>) -> Arc<ServiceAccount> {
     Arc::new(ServiceAccount {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             resource_version: Some("7".into()),
-            annotations: marked.then(|| [(ACCOUNT_ANNOTATION.to_string(), "local-registry-pull".to_string())].into()),
+            annotations: mark.map(|m| [(ACCOUNT_ANNOTATION.to_string(), m.to_string())].into()),
             ..ObjectMeta::default()
         },
         image_pull_secrets: (!entries.is_empty())
@@ -111,7 +111,7 @@ fn a_secret_someone_else_wrote_under_our_name_is_left_alone_and_reported() {
         ..Secret::default()
     };
     observed.secrets = vec![Arc::new(foreign)];
-    observed.accounts = vec![account("app", "default", &[], false)];
+    observed.accounts = vec![account("app", "default", &[], None)];
     let plan = plan(Some(&published), &observed, &settings(&["default"]));
     assert!(plan.is_empty(), "{plan:?}");
     assert_eq!(reasons(&plan), ["PullSecretNameTaken"]);
@@ -142,10 +142,10 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
     let mut observed = observed(&["app", "other"], "t0ken");
     let accounts = settings(&["default", "builder"]);
     observed.accounts = vec![
-        account("app", "default", &["theirs"], false),
-        account("app", "builder", &["local-registry-pull"], false),
-        account("other", "default", &[], false),
-        account("app", "unrelated", &[], false),
+        account("app", "default", &["theirs"], None),
+        account("app", "builder", &["local-registry-pull"], None),
+        account("other", "default", &[], None),
+        account("app", "unrelated", &[], None),
     ];
     let first = plan(Some(&published), &observed, &accounts);
     let patched: Vec<_> = first.accounts.iter().map(|a| format!("{}/{}", a.namespace, a.name)).collect();
@@ -166,9 +166,9 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
     // After the writes: every Secret stored, the default accounts marked.
     observed.secrets = first.apply.into_iter().map(stored).collect();
     observed.accounts = vec![
-        account("app", "default", &["theirs", "local-registry-pull"], true),
-        account("app", "builder", &["local-registry-pull"], false),
-        account("other", "default", &["local-registry-pull"], true),
+        account("app", "default", &["theirs", "local-registry-pull"], Some("local-registry-pull")),
+        account("app", "builder", &["local-registry-pull"], None),
+        account("other", "default", &["local-registry-pull"], Some("local-registry-pull")),
     ];
     assert!(plan(Some(&published), &observed, &accounts).is_empty());
 
@@ -192,4 +192,29 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
     assert_eq!(patched, ["app/default", "other/default"], "builder's entry was not ours");
     assert_eq!(gone.accounts[0].patch[1], json!({"op": "remove", "path": "/imagePullSecrets/1"}), "theirs stays");
     assert_eq!(plan(None, &observed, &accounts).delete.len(), 2, "nothing published: the same");
+}
+
+#[test]
+fn two_releases_sharing_an_account_each_keep_their_own_mark() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app"], "t0ken");
+    let ours = settings(&["default"]);
+    // Another release (Secret "other-pull") added its entry first.
+    observed.accounts = vec![account("app", "default", &["other-pull"], Some("other-pull"))];
+    let added = plan(Some(&published), &observed, &ours);
+    assert_eq!(
+        added.accounts[0].patch[2],
+        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret",
+            "value": "local-registry-pull,other-pull"})
+    );
+    observed.accounts =
+        vec![account("app", "default", &["other-pull", "local-registry-pull"], Some("local-registry-pull,other-pull"))];
+    let removed = plan(None, &observed, &ours);
+    assert_eq!(removed.accounts[0].patch[1], json!({"op": "remove", "path": "/imagePullSecrets/1"}));
+    assert_eq!(
+        removed.accounts[0].patch[2],
+        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret",
+            "value": "other-pull"}),
+        "the other release's mark stays"
+    );
 }
