@@ -195,7 +195,7 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
 }
 
 #[tokio::test]
-async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_reported() {
+async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_kube_public_gets_nothing() {
     let plane = ControlPlane::shared();
     let (scenario, name) = scenario("pull-foreign", &["default"]).await;
     let client = scenario.client.clone();
@@ -211,6 +211,13 @@ async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_report
 
     let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
     assert!(note.contains(&taken), "{note}");
+
+    // kube-public, readable by everyone, gets no credentials even when labelled.
+    kubectl(&["label", "namespace", "kube-public", LABEL]);
+    let note = scenario.wait_event("registry", "PullSecretRefused").await;
+    kubectl(&["label", "namespace", "kube-public", "local-registry-publisher.io/pull-secret-"]);
+    assert!(note.contains("kube-public"), "{note}");
+    assert_eq!(docker_config(&client, "kube-public", &name).await, None, "nothing written to kube-public");
     let secret = Api::<Secret>::namespaced(client.clone(), &taken).get(&name).await.unwrap();
     assert_eq!(secret.data.unwrap_or_default().keys().collect::<Vec<_>>(), ["note"], "unchanged");
     let listed = pull_secret_names(&client, &taken, "default").await;
