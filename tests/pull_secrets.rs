@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use local_registry_publisher::controller::Context;
+use local_registry_publisher::metrics::Metrics;
 use local_registry_publisher::settings::PullSecrets;
 use serde_json::{Value, json};
 use support::binary::Controller;
@@ -195,7 +197,7 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
 }
 
 #[tokio::test]
-async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_kube_public_gets_nothing() {
+async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_public_gets_nothing() {
     let plane = ControlPlane::shared();
     let (scenario, name) = scenario("pull-foreign", &["default"]).await;
     let client = scenario.client.clone();
@@ -205,9 +207,27 @@ async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_kube_p
     let foreign: Secret = serde_json::from_value(foreign).unwrap();
     Api::<Secret>::namespaced(client.clone(), &taken).create(&PostParams::default(), &foreign).await.unwrap();
     kubectl(&["label", "namespace", &taken, LABEL]);
+    // A namespace whose quota allows no Secret: the API server refuses the write.
+    let full = plane.namespace(&client, "pull-full").await.unwrap();
+    let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-secrets"},
+        "spec": {"hard": {"count/secrets": "0"}}});
+    apply_in(&client, &full, quota).await;
+    kubectl(&["label", "namespace", &full, LABEL]);
     scenario.apply(source("creds", json!({"token": "t"}))).await;
     scenario.apply(registry("localhost:5001", Some("creds"))).await;
-    let running = scenario.start();
+    let metrics = Metrics::default();
+    let running = scenario.start_with(Context::new(metrics.clone(), Default::default(), None));
+
+    // A refused write is told on the registry, counted, and retried; other namespaces are not held up.
+    let note = scenario.wait_event("registry", "PullSecretFailed").await;
+    assert!(note.contains(&full) && note.contains("quota"), "{note}");
+    let refusals = Metrics::encode(&metrics.registry());
+    assert!(
+        refusals
+            .lines()
+            .any(|l| l.starts_with("local_registry_publisher_pull_secret_refusals_total{operation=\"apply\"}")),
+        "{refusals}"
+    );
 
     let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
     assert!(note.contains(&taken), "{note}");
@@ -223,7 +243,9 @@ async fn a_secret_someone_else_wrote_under_our_name_is_left_untouched_and_kube_p
     let listed = pull_secret_names(&client, &taken, "default").await;
     assert!(!listed.contains(&name), "no account names a Secret we did not write: {listed:?}");
     running.stop().await;
-    plane.delete_namespace(&client, &taken).await.unwrap();
+    for ns in [taken, full] {
+        plane.delete_namespace(&client, &ns).await.unwrap();
+    }
 }
 
 /// A kubeconfig that authenticates as `account` in `ns` and nothing else.

@@ -57,6 +57,12 @@ impl Error {
         }
     }
 
+    /// What was being written or read.
+    pub(super) fn target(&self) -> &str {
+        let (Error::Read { target, .. } | Error::Apply { target, .. } | Error::Delete { target, .. }) = self;
+        target
+    }
+
     /// What the API server said, for users: its own message when it refused, else the transport error.
     pub(super) fn refusal(&self) -> String {
         let (Error::Read { source, .. } | Error::Apply { source, .. } | Error::Delete { source, .. }) = self;

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Error;
 use crate::metrics::Metrics;
@@ -38,7 +38,7 @@ impl PullWriter {
                     regarding: regarding.clone(),
                     warning: true,
                     reason: "PullSecretFailed",
-                    message: format!("could not {operation}: {}", error.refusal()),
+                    message: format!("could not {operation} {}: {}", error.target(), error.refusal()),
                 });
             }
             first_error.get_or_insert(error);
@@ -50,6 +50,11 @@ impl PullWriter {
                 Ok(()) => {
                     self.metrics.pull_wrote("patch-serviceaccount", true);
                     info!(serviceaccount = %format!("{}/{}", account.namespace, account.name), "imagePullSecrets updated");
+                }
+                // Changed since the watch showed it: the newer version is on its way and the next pass uses it.
+                Err(Error::Apply { source: kube::Error::Api(status), target }) if [409, 422].contains(&status.code) => {
+                    unpatched.insert(account.namespace.as_str());
+                    debug!(serviceaccount = %target, "changed meanwhile; patched again on its next version");
                 }
                 Err(error) => {
                     unpatched.insert(account.namespace.as_str());

@@ -83,7 +83,7 @@ impl Scenario {
         (self.start_with(context), health)
     }
 
-    fn start_with(&self, context: Context) -> Running {
+    pub fn start_with(&self, context: Context) -> Running {
         let (stop, stopped) = oneshot::channel();
         let publisher = Publisher::new(self.client.clone(), self.settings.clone(), context);
         let task = tokio::spawn(publisher.run(async move {
