@@ -308,41 +308,6 @@ async fn helm_install_upgrade_and_uninstall_leave_nothing_behind() {
     );
 }
 
-/// A kubeconfig that authenticates with `token` and nothing else.
-fn token_kubeconfig(token: &str, name: &str) -> PathBuf {
-    let plane = ControlPlane::shared();
-    let path = plane.dir().join(format!("{name}.kubeconfig"));
-    let ca = plane.dir().join("pki/ca.crt");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
-             users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
-            plane.server(),
-            ca.display()
-        ),
-    )
-    .unwrap();
-    path
-}
-
-async fn client_for(kubeconfig: &Path) -> kube::Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
-    match result {
-        Err(kube::Error::Api(status)) if status.code == 403 => {}
-        other => panic!("{what} should be forbidden, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_more() {
     let plane = ControlPlane::shared();

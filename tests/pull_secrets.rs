@@ -16,7 +16,9 @@ use local_registry_publisher::metrics::Metrics;
 use local_registry_publisher::settings::PullSecrets;
 use serde_json::{Value, json};
 use support::binary::Controller;
-use support::{SOON, Scenario, apply_in, ok, registry_label, service, wait_until};
+use support::{
+    SOON, Scenario, apply_in, client_for, forbidden, ok, registry_label, service, token_kubeconfig, wait_until,
+};
 use testbed::ControlPlane;
 
 const LABEL: &str = "local-registry-publisher.io/pull-secret=wanted";
@@ -250,26 +252,8 @@ async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_pub
 
 /// A kubeconfig that authenticates as `account` in `ns` and nothing else.
 fn account_kubeconfig(account: &str, ns: &str) -> std::path::PathBuf {
-    let plane = ControlPlane::shared();
     let token = kubectl(&["create", "token", account, "-n", ns, "--duration", "1h"]);
-    let path = plane.dir().join(format!("{ns}-{account}.kubeconfig"));
-    let ca = plane.dir().join("pki/ca.crt");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
-         users:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
-        plane.server(),
-        ca.display(),
-        token.trim()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
-    match result {
-        Err(kube::Error::Api(status)) if status.code == 403 => {}
-        other => panic!("{what} should be forbidden, got {other:?}"),
-    }
+    token_kubeconfig(token.trim(), &format!("{ns}-{account}"))
 }
 
 #[tokio::test]
@@ -339,15 +323,7 @@ async fn the_chart_rbac_lets_the_controller_distribute_by_name_and_denies_every_
     assert!(!ready.contains("unreachable"), "a Secret it may not read does not make the API server look down: {ready}");
 
     // Nothing beyond its grants.
-    let client = {
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap();
-        Client::try_from(config).unwrap()
-    };
+    let client = client_for(&kubeconfig).await;
     let secrets = Api::<Secret>::namespaced(client.clone(), &registry_ns);
     forbidden(secrets.get("elsewhere").await, "reading a Secret the chart does not name");
     forbidden(secrets.list(&Default::default()).await, "listing Secrets");

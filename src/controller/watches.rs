@@ -165,14 +165,7 @@ where
             Some(namespace) => Api::namespaced(client, namespace),
             None => Api::all(client),
         };
-        Self {
-            client,
-            api_for,
-            signals,
-            running: BTreeMap::new(),
-            strip_managed_fields: true,
-            failures_are_findings: false,
-        }
+        Self::with_api(client, signals, api_for)
     }
 }
 
@@ -188,14 +181,7 @@ where
 {
     pub fn cluster_scoped(client: Client, signals: Signals) -> Self {
         let api_for: ApiFor<K> = |client, _| Api::all(client);
-        Self {
-            client,
-            api_for,
-            signals,
-            running: BTreeMap::new(),
-            strip_managed_fields: true,
-            failures_are_findings: false,
-        }
+        Self::with_api(client, signals, api_for)
     }
 }
 
@@ -203,6 +189,11 @@ impl<K> WatchSet<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    fn with_api(client: Client, signals: Signals, api_for: ApiFor<K>) -> Self {
+        let running = BTreeMap::new();
+        Self { client, api_for, signals, running, strip_managed_fields: true, failures_are_findings: false }
+    }
+
     /// Stores objects whole, field managers included.
     pub fn keeping_managed_fields(mut self) -> Self {
         self.strip_managed_fields = false;

@@ -285,3 +285,35 @@ pub async fn create_foreign_configmap(scenario: &Scenario, text: &str) -> Config
     configmap.data = Some([(DATA_KEY.to_string(), text.to_string())].into());
     scenario.configmaps().create(&PostParams::default(), &configmap).await.expect("create foreign ConfigMap")
 }
+
+/// A kubeconfig for the shared control plane that authenticates with `token` and nothing else.
+pub fn token_kubeconfig(token: &str, name: &str) -> std::path::PathBuf {
+    let plane = ControlPlane::shared();
+    let path = plane.dir().join(format!("{name}.kubeconfig"));
+    let ca = plane.dir().join("pki/ca.crt");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+             users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+            plane.server(),
+            ca.display()
+        ),
+    )
+    .expect("write the kubeconfig");
+    path
+}
+
+pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a config");
+    Client::try_from(config).expect("a client")
+}
+
+/// Asserts the API server refused `what` with 403.
+pub fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what} should be forbidden, got {other:?}"),
+    }
+}
