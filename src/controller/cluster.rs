@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, Servic
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Client, ResourceExt};
 
+use super::prune;
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
 use crate::pull;
 use crate::registry::{Cluster, Interest, MICROK8S, MINIKUBE, MINIKUBE_PROXY, PodSelector, ServiceId, Workload};
@@ -25,7 +26,8 @@ pub(super) struct Watches {
     pub(super) configmap: WatchSet<ConfigMap>,
     namespace_services: WatchSet<Service>,
     pods: WatchSet<Pod>,
-    /// Slices of labelled registry Services: they carry their Service's labels.
+    /// Slices of labelled registry Services: they carry their Service's labels. Per watched namespace, or, watching
+    /// every namespace, per namespace holding trusted labelled registries.
     labelled_slices: WatchSet<EndpointSlice>,
     /// Slices of the other registry Services, by Service name.
     endpoint_slices: WatchSet<EndpointSlice>,
@@ -41,24 +43,26 @@ pub(super) struct Watches {
     /// With --pull-secrets: the chosen ServiceAccounts, each by name, where our Secret is or should be.
     pull_accounts: WatchSet<ServiceAccount>,
     pull: Option<PullSecrets>,
+    /// Watching every namespace: labelled slices are watched per namespace holding trusted registries.
+    slice_selector: Option<String>,
 }
 
 impl Watches {
     pub(super) fn new(client: &Client, signals: &Signals, settings: &Settings) -> Self {
         let (c, n) = (client, signals);
         let mut watches = Watches {
-            labelled_services: WatchSet::namespaced(c.clone(), n.clone()),
+            labelled_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
             deployments: WatchSet::namespaced(c.clone(), n.clone()),
             statefulsets: WatchSet::namespaced(c.clone(), n.clone()),
             daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
-            builtin_services: WatchSet::namespaced(c.clone(), n.clone()),
+            builtin_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
             proxies: WatchSet::namespaced(c.clone(), n.clone()),
             // The stored ConfigMap's field managers tell who else writes it.
             configmap: WatchSet::namespaced(c.clone(), n.clone()).keeping_managed_fields(),
-            namespace_services: WatchSet::namespaced(c.clone(), n.clone()),
-            pods: WatchSet::namespaced(c.clone(), n.clone()),
-            labelled_slices: WatchSet::namespaced(c.clone(), n.clone()),
-            endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()),
+            namespace_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
+            pods: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::pod),
+            labelled_slices: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::endpoint_slice),
+            endpoint_slices: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::endpoint_slice),
             nodes: WatchSet::cluster_scoped(c.clone(), n.clone()),
             allowed_namespaces: WatchSet::cluster_scoped(c.clone(), n.clone()),
             pull_sources: WatchSet::namespaced(c.clone(), n.clone()).failures_are_findings(),
@@ -66,6 +70,7 @@ impl Watches {
             pull_secrets: WatchSet::namespaced(c.clone(), n.clone()),
             pull_accounts: WatchSet::namespaced(c.clone(), n.clone()),
             pull: settings.pull_secrets.clone(),
+            slice_selector: settings.all_namespaces().then(|| settings.registry_selector.clone()),
         };
         if let Some(pull) = &settings.pull_secrets {
             let wanted = format!("{}={}", pull::NAMESPACE_LABEL, pull::NAMESPACE_VALUE);
@@ -86,7 +91,10 @@ impl Watches {
         watches.deployments.follow(labelled());
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
-        watches.labelled_slices.follow(labelled());
+        // Every watched namespace is trusted; watching all, only trusted namespaces' slices are followed.
+        if !settings.all_namespaces() {
+            watches.labelled_slices.follow(labelled());
+        }
         if settings.builtin_registries {
             let builtins = [MINIKUBE, MICROK8S].into_iter().filter(|(ns, _)| settings.watches_namespace(ns));
             watches.builtin_services.follow(builtins.map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));
@@ -107,6 +115,10 @@ impl Watches {
         self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
         self.pods.follow(shared_pod_watches(&interest.pod_selectors));
         self.endpoint_slices.follow(shared_slice_watches(&interest.endpoint_services));
+        if let Some(selector) = &self.slice_selector {
+            let namespaces = interest.labelled_slice_namespaces.iter();
+            self.labelled_slices.follow(namespaces.map(|ns| WatchKey::in_namespace(Some(ns)).labels(selector)));
+        }
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
         self.pull_sources
             .follow(interest.pull_sources.iter().map(|(ns, name)| WatchKey::in_namespace(Some(ns)).named(name)));

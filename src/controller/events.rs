@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tokio::sync::watch;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Duration;
 use tracing::{info, warn};
@@ -32,20 +32,21 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// first, and losing registries are told right after, concurrently. Only the latest notices matter; a condition that
 /// came and went before it was told is not told.
 pub struct EventLog {
-    latest: watch::Sender<Vec<Notice>>,
+    latest: mpsc::UnboundedSender<Vec<Notice>>,
     task: JoinHandle<()>,
 }
 
 impl EventLog {
     pub fn start(client: Client) -> Self {
-        let (latest, receiver) = watch::channel(Vec::new());
+        let (latest, receiver) = mpsc::unbounded_channel();
         let poster = Poster { client, instance: crate::pod::name(), said: BTreeMap::new() };
         Self { latest, task: tokio::spawn(poster.run(receiver)) }
     }
 
     /// What the current pass has to say; replaces what an earlier pass said and was not yet told.
     pub fn record(&self, notices: Vec<Notice>) {
-        self.latest.send_replace(notices);
+        // Fails only when the task has ended, with the process.
+        let _ = self.latest.send(notices);
     }
 
     /// Posts what is still pending, for a stopping controller.
@@ -61,25 +62,33 @@ impl EventLog {
 struct Poster {
     client: Client,
     instance: String,
-    said: BTreeMap<Key, String>,
+    said: BTreeMap<Key, u64>,
 }
 
-/// (regarding object, reason), to the message last published for it.
+/// (regarding object, reason), to a hash of the message last published for it: a thousand losing registries' long
+/// messages need not stay in memory to be compared.
 type Key = (String, &'static str);
+
+fn digest(message: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut hasher);
+    hasher.finish()
+}
 
 /// One Event to create, owned whole: posts run concurrently inside the spawned task.
 struct Post {
     key: Key,
-    message: String,
+    digest: u64,
     object: String,
     events: Api<Event>,
     event: Event,
 }
 
 /// Creates the Event; returns what is now said, or `None` to try again with the next notices.
-async fn post(post: Post) -> Option<(Key, String)> {
+async fn post(post: Post) -> Option<(Key, u64)> {
     match post.events.create(&PostParams::default(), &post.event).await {
-        Ok(_) => Some((post.key, post.message)),
+        Ok(_) => Some((post.key, post.digest)),
         Err(error) => {
             warn!(service = %post.object, %error, "could not record an Event; will try again");
             None
@@ -88,9 +97,12 @@ async fn post(post: Post) -> Option<(Key, String)> {
 }
 
 impl Poster {
-    async fn run(mut self, mut latest: watch::Receiver<Vec<Notice>>) {
-        while latest.changed().await.is_ok() {
-            let notices = latest.borrow_and_update().clone();
+    async fn run(mut self, mut latest: mpsc::UnboundedReceiver<Vec<Notice>>) {
+        while let Some(mut notices) = latest.recv().await {
+            // Only the newest pass's notices matter; what they replace is dropped, not kept.
+            while let Ok(newer) = latest.try_recv() {
+                notices = newer;
+            }
             self.tell(&notices).await;
         }
     }
@@ -106,7 +118,8 @@ impl Poster {
             let object = format!("{namespace}/{name}");
             let key = (format!("{object}/{}", reference.uid.as_deref().unwrap_or_default()), notice.reason);
             current.insert(key.clone());
-            if self.said.get(&key) == Some(&notice.message) {
+            let digest = digest(&notice.message);
+            if self.said.get(&key) == Some(&digest) {
                 continue;
             }
             if notice.warning {
@@ -118,12 +131,12 @@ impl Poster {
                 event: self.event(notice, &namespace, &name),
                 events: Api::namespaced(self.client.clone(), &namespace),
                 key,
-                message: notice.message.clone(),
+                digest,
                 object,
             });
         }
         self.said.retain(|key, _| current.contains(key));
-        let posted: Vec<Option<(Key, String)>> =
+        let posted: Vec<Option<(Key, u64)>> =
             futures::stream::iter(posts).map(post).buffer_unordered(CONCURRENT_POSTS).collect().await;
         self.said.extend(posted.into_iter().flatten());
     }

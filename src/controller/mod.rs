@@ -4,6 +4,7 @@
 mod cluster;
 mod events;
 mod fights;
+mod prune;
 mod pull;
 mod watches;
 mod withdraw;

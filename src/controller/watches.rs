@@ -97,6 +97,11 @@ impl<K: Resource<DynamicType = ()> + 'static> WatchState for WatchSet<K> {
     }
 }
 
+/// The default pruning: only the field managers go.
+pub fn strip_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// A watch's objects, or why it fails now.
 pub type Finding<K> = Result<Vec<Arc<K>>, String>;
 
@@ -144,8 +149,9 @@ pub struct WatchSet<K: Resource<DynamicType = ()> + 'static> {
     api_for: ApiFor<K>,
     signals: Signals,
     running: BTreeMap<WatchKey, Running<K>>,
-    /// Drop the field managers before storing an object: often its largest part, and read only for the ConfigMap.
-    strip_managed_fields: bool,
+    /// What is dropped from each object before it is stored: by default its field managers, often its largest part
+    /// and read only for the ConfigMap; per kind, every field the controller never reads.
+    prune: fn(&mut K),
     /// A failing watch is an answer about what it watches (a Secret we may not read), not about the API server.
     failures_are_findings: bool,
 }
@@ -191,12 +197,18 @@ where
 {
     fn with_api(client: Client, signals: Signals, api_for: ApiFor<K>) -> Self {
         let running = BTreeMap::new();
-        Self { client, api_for, signals, running, strip_managed_fields: true, failures_are_findings: false }
+        Self { client, api_for, signals, running, prune: strip_managed_fields::<K>, failures_are_findings: false }
     }
 
     /// Stores objects whole, field managers included.
     pub fn keeping_managed_fields(mut self) -> Self {
-        self.strip_managed_fields = false;
+        self.prune = |_| {};
+        self
+    }
+
+    /// Stores what `prune` leaves of each object (it drops the field managers too).
+    pub fn pruned(mut self, prune: fn(&mut K)) -> Self {
+        self.prune = prune;
         self
     }
 
@@ -248,7 +260,7 @@ where
             signals: self.signals.clone(),
             name,
         };
-        let task = tokio::spawn(watch(api, config, self.strip_managed_fields, writer, outcome));
+        let task = tokio::spawn(watch(api, config, self.prune, writer, outcome));
         Running { store, synced, failure, task }
     }
 }
@@ -289,17 +301,13 @@ fn refusal(error: &watcher::Error) -> String {
 async fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
-    strip_managed_fields: bool,
+    prune: fn(&mut K),
     writer: reflector::store::Writer<K>,
     outcome: Outcome,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)).modify(move |object| {
-        if strip_managed_fields {
-            object.meta_mut().managed_fields = None;
-        }
-    });
+    let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)).modify(prune);
     let stream = reflector::reflector(writer, events);
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {

@@ -125,9 +125,9 @@ impl Registry {
 /// A Service's pod selector: label keys to the values they must equal.
 pub type PodSelector = BTreeMap<String, String>;
 
-/// What the watches must hold for the next snapshot to be complete. The EndpointSlices of labelled Services with
-/// a pod selector are not listed: the EndpointSlice controller copies a Service's labels onto its slices, so one
-/// watch on the registry selector holds all of them.
+/// What the watches must hold for the next snapshot to be complete, for trusted registries only. The EndpointSlices
+/// of labelled Services with a pod selector are not listed one by one: the EndpointSlice controller copies a
+/// Service's labels onto its slices, so one watch per namespace on the registry selector holds all of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interest {
     /// Namespaces whose Services must all be watched (they hold labelled workloads).
@@ -136,6 +136,8 @@ pub struct Interest {
     pub pod_selectors: BTreeSet<(String, PodSelector)>,
     /// Registry Services whose EndpointSlices decide readiness and do not carry the registry selector's labels.
     pub endpoint_services: BTreeSet<ServiceId>,
+    /// Namespaces whose labelled registries' EndpointSlices are watched by the registry selector.
+    pub labelled_slice_namespaces: BTreeSet<String>,
     /// Nodes whose InternalIP a published value needs.
     pub nodes: BTreeSet<String>,
     /// (namespace, name) of the pull-credential source Secrets that trusted registries name, when pull Secrets are
@@ -184,9 +186,13 @@ impl Candidates<'_> {
         };
         for (service, source) in &self.found {
             let id = service_id(service);
+            // An untrusted registry is only told why it is ignored: nothing about it is watched, so a tenant's
+            // thousand Services cost no more than their own objects.
+            if !trusted(&id.namespace, source, cluster, settings) {
+                continue;
+            }
             if settings.pull_secrets.is_some()
                 && let Some(name) = values::pull_secret(service)
-                && trusted(&id.namespace, source, cluster, settings)
             {
                 interest.pull_sources.insert((id.namespace.clone(), name));
             }
@@ -196,7 +202,9 @@ impl Candidates<'_> {
             match pod_selector(service) {
                 Some(selector) => {
                     interest.pod_selectors.insert((id.namespace.clone(), selector.clone()));
-                    if *source != Source::Labelled {
+                    if *source == Source::Labelled {
+                        interest.labelled_slice_namespaces.insert(id.namespace.clone());
+                    } else {
                         interest.endpoint_services.insert(id);
                     }
                 }
@@ -365,12 +373,20 @@ mod tests {
         cluster.labelled_services.push(service("reg", "external").build());
         cluster.workloads.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
         cluster.workload_namespace_services.push(service("builds", "cache").selector(&[("app", "cache")]).build());
-        let interest = interest(&cluster, &Settings::default());
+        // A tenant's registries are only told they are ignored: nothing of theirs is watched.
+        for i in 0..3 {
+            let name = format!("hijack-{i}");
+            cluster.labelled_services.push(service("tenant", &name).selector(&[("app", &name)]).build());
+        }
+        cluster.labelled_services.push(service("tenant", "bare").build());
+        let settings = Settings { registry_namespaces: vec!["reg".into(), "builds".into()], ..Settings::default() };
+        let interest = interest(&cluster, &settings);
         assert_eq!(interest.service_namespaces, BTreeSet::from(["builds".to_string()]));
         let selector = |ns: &str, app: &str| (ns.to_string(), PodSelector::from([("app".into(), app.into())]));
         assert_eq!(interest.pod_selectors, BTreeSet::from([selector("reg", "zot"), selector("builds", "cache")]));
         let names: Vec<&str> = interest.endpoint_services.iter().map(|id| id.name.as_str()).collect();
         assert_eq!(names, ["cache", "external"], "a labelled Service's slices carry its labels; these do not");
+        assert_eq!(interest.labelled_slice_namespaces, BTreeSet::from(["reg".to_string()]));
         assert!(interest.nodes.is_empty(), "localhost needs no node");
     }
 }

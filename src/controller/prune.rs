@@ -1,0 +1,126 @@
+//! What of each watched object is kept: only the fields `registry` reads, so a tenant's thousand Services or a
+//! crowded namespace's pods cost as little as they can while they are watched. Each pruner also drops the field
+//! managers.
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Service, ServiceSpec, ServiceStatus};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use kube::api::ObjectMeta;
+
+/// The metadata nothing here reads: field managers, owners, finalizers, and annotations other than ours (such as
+/// kubectl's last-applied-configuration, a whole copy of the object).
+fn metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.retain(|key, _| key.starts_with("local-registry-publisher.io/"));
+    }
+}
+
+/// Type, ports, selector and external name; the load balancer's ingress.
+pub(super) fn service(service: &mut Service) {
+    metadata(&mut service.metadata);
+    if let Some(spec) = service.spec.take() {
+        service.spec = Some(ServiceSpec {
+            type_: spec.type_,
+            ports: spec.ports,
+            selector: spec.selector,
+            external_name: spec.external_name,
+            ..ServiceSpec::default()
+        });
+    }
+    if let Some(status) = service.status.take() {
+        service.status = Some(ServiceStatus { load_balancer: status.load_balancer, ..ServiceStatus::default() });
+    }
+}
+
+/// Each endpoint's readiness and node; the labels naming its Service.
+pub(super) fn endpoint_slice(slice: &mut EndpointSlice) {
+    metadata(&mut slice.metadata);
+    slice.metadata.annotations = None;
+    slice.ports = None;
+    for endpoint in slice.endpoints.iter_mut().flatten() {
+        *endpoint = Endpoint {
+            conditions: endpoint.conditions.take(),
+            node_name: endpoint.node_name.take(),
+            ..Endpoint::default()
+        };
+    }
+}
+
+/// Labels and the containers' ports (a hostPort can reach the registry).
+pub(super) fn pod(pod: &mut Pod) {
+    metadata(&mut pod.metadata);
+    pod.metadata.annotations = None;
+    pod.status = None;
+    if let Some(spec) = pod.spec.take() {
+        let containers = spec
+            .containers
+            .into_iter()
+            .map(|c| Container { name: c.name, ports: c.ports, ..Container::default() })
+            .collect();
+        pod.spec = Some(PodSpec { containers, ..PodSpec::default() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_what_registries_read_is_kept() {
+        let mut svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "zot", "namespace": "reg", "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"local-registry-publisher.io/registry": "true"},
+                "annotations": {"local-registry-publisher.io/host": "localhost:5001",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"a whole\": \"copy\"}"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "zot"}, "clusterIP": "10.0.0.1",
+                "ports": [{"name": "registry", "port": 5000, "nodePort": 30500}], "sessionAffinity": "None"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}, "conditions": []}
+        }))
+        .unwrap();
+        service(&mut svc);
+        let kept = serde_json::to_value(&svc).unwrap();
+        assert_eq!(kept["metadata"]["annotations"], json!({"local-registry-publisher.io/host": "localhost:5001"}));
+        assert_eq!(kept["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
+        assert!(kept["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            kept["spec"],
+            json!({"type": "LoadBalancer", "selector": {"app": "zot"},
+                "ports": [{"name": "registry", "port": 5000, "nodePort": 30500}]})
+        );
+        assert_eq!(kept["status"], json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}));
+
+        let mut slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "zot-1", "namespace": "reg", "labels": {"kubernetes.io/service-name": "zot"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.5"], "conditions": {"ready": true}, "nodeName": "node-1",
+                "targetRef": {"kind": "Pod", "name": "zot-abc", "namespace": "reg"}, "zone": "a"}],
+            "ports": [{"port": 5000}]
+        }))
+        .unwrap();
+        endpoint_slice(&mut slice);
+        let kept = serde_json::to_value(&slice).unwrap();
+        assert_eq!(kept["endpoints"], json!([{"addresses": [], "conditions": {"ready": true}, "nodeName": "node-1"}]));
+        assert_eq!(kept["metadata"]["labels"], json!({"kubernetes.io/service-name": "zot"}));
+
+        let mut registry_pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "zot-abc", "namespace": "reg", "labels": {"app": "zot"}},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "zot", "image": "zot:2", "env": [{"name": "A"}],
+                "ports": [{"name": "registry", "containerPort": 5000, "hostPort": 5000}]}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        pod(&mut registry_pod);
+        let kept = serde_json::to_value(&registry_pod).unwrap();
+        assert_eq!(
+            kept["spec"],
+            json!({"containers": [{"name": "zot",
+                "ports": [{"name": "registry", "containerPort": 5000, "hostPort": 5000}]}]})
+        );
+        assert!(kept.get("status").is_none());
+    }
+}
