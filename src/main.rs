@@ -1,13 +1,14 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use local_registry_publisher::{app, config::Args};
+use local_registry_publisher::{app, config::Args, memory};
 
 /// Installed under this name, the binary is a kubectl plugin: `kubectl registry-hosting get`.
 const PLUGIN: &str = "kubectl-registry_hosting";
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime starts its threads, so none gets an arena of its own.
+    memory::use_one_arena();
     let args = Args::parse();
     let invoked_as = std::env::args().next().unwrap_or_default();
     if args.effective_command().is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
@@ -15,5 +16,11 @@ async fn main() -> ExitCode {
         eprintln!("usage: kubectl registry-hosting get [-o text|json|yaml] | render -f FILE   (see --help)");
         return ExitCode::from(2);
     }
-    app::run(args).await
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(app::run(args)),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

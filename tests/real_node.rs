@@ -415,6 +415,21 @@ async fn waiting(client: &Client, ns: &str, name: &str) -> Option<String> {
     Some(format!("{}: {}", waiting.reason.unwrap_or_default(), waiting.message.unwrap_or_default()))
 }
 
+/// An image of this test's own (the pause program with a label of its own): the kubelet reports a container's
+/// image by any name its digest has, so sharing the KEP flow's pushed pause image would change what that test reads.
+fn own_image(name: &str) -> PathBuf {
+    let dir = plane().dir().join("images");
+    let spec = testbed::image::ImageSpec {
+        name: format!("testbed.local/{name}:1"),
+        files: vec![("/pause".into(), dir.join("pause.bin"))],
+        entrypoint: vec!["/pause".into()],
+        user: Some("65535:65535".into()),
+        labels: [("testbed.local/image".to_string(), name.to_string())].into(),
+        ..Default::default()
+    };
+    spec.write(&dir, name).expect("write the image").layout
+}
+
 fn app_pod(name: &str, image: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
@@ -475,7 +490,8 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     let config = wait_pull_secret(&client, &app, "first-token", &first).await;
     let addresses: BTreeSet<&str> = config["auths"].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(addresses, BTreeSet::from([host.as_str(), runtime.as_str(), cluster_host.as_str()]));
-    push(true, &plane.dir().join("images/pause"), &format!("{host}/auth/pause:1"), Some(&first));
+    let layout = own_image("pull-credentials");
+    push(true, &layout, &format!("{host}/auth/pause:1"), Some(&first));
 
     // Without the Secret the registry refuses the node: a namespace nobody labelled cannot pull.
     let image = format!("{runtime}/auth/pause:1");
@@ -507,7 +523,7 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     wait_pull_secret(&client, &app, "second-token", &second).await;
     ok(tool("kubectl", &["rollout", "restart", "deployment/registry", "-n", &ns]));
     ok(tool("kubectl", &["rollout", "status", "deployment/registry", "-n", &ns, "--timeout=90s"]));
-    push(true, &plane.dir().join("images/pause"), &format!("{host}/auth/pause:2"), Some(&second));
+    push(true, &layout, &format!("{host}/auth/pause:2"), Some(&second));
     apply_in(&client, &app, app_pod("rotated", &format!("{runtime}/auth/pause:2"))).await;
     wait_phase(&client, &app, "rotated", &["Running"]).await;
 

@@ -157,3 +157,14 @@ pub fn proxy_daemonset(host_port: i32) -> Arc<DaemonSet> {
         }
     })))
 }
+
+/// Every registry in `cluster` as a trusted one would be derived: each Service's namespace counts as allowed, as
+/// tests of the derived values want.
+pub fn trusted_registries(cluster: &super::Cluster, settings: &crate::settings::Settings) -> Vec<super::Registry> {
+    let mut cluster = cluster.clone();
+    let services = cluster.labelled_services.iter().chain(&cluster.workload_namespace_services);
+    let namespaces: Vec<String> =
+        services.chain(&cluster.builtin_services).filter_map(|s| s.metadata.namespace.clone()).collect();
+    cluster.allowed_namespaces.extend(namespaces);
+    super::registries(&cluster, settings)
+}

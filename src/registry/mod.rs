@@ -169,8 +169,11 @@ impl Candidates<'_> {
             .found
             .iter()
             .map(|(service, source)| {
-                let trusted = trusted(&service_id(service).namespace, source, cluster, settings);
-                Registry { trusted, ..values::derive(service, source.clone(), cluster, settings) }
+                if trusted(&service_id(service).namespace, source, cluster, settings) {
+                    Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
+                } else {
+                    values::ignored(service, source.clone())
+                }
             })
             .collect();
         registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
@@ -362,7 +365,8 @@ mod tests {
             }
             cluster.labelled_services.push(builder.build());
         }
-        let order: Vec<String> = registries(&cluster, &Settings::default()).into_iter().map(|r| r.id.name).collect();
+        let order: Vec<String> =
+            trusted_registries(&cluster, &Settings::default()).into_iter().map(|r| r.id.name).collect();
         assert_eq!(order, ["urgent", "old", "a-new", "b-new"]);
     }
 

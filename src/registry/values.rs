@@ -49,6 +49,24 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
     }
 }
 
+/// An untrusted registry: only told why it is ignored, so nothing is derived (its annotations count for nothing, and
+/// nothing about its endpoints is watched).
+pub(super) fn ignored(service: &Service, source: Source) -> Registry {
+    let id = service_id(service);
+    let problem = Problem { reason: "NamespaceNotAllowed", message: super::untrusted_message(&id.namespace) };
+    Registry {
+        ready: false,
+        priority: 0,
+        created: service.metadata.creation_timestamp.clone(),
+        reference: object_reference(service),
+        id,
+        source,
+        document: Err(problem),
+        trusted: false,
+        pull_secret: None,
+    }
+}
+
 /// The pull-credential source Secret the Service names; an empty annotation names none.
 pub(super) fn pull_secret(service: &Service) -> Option<String> {
     service.annotations().get(annotations::PULL_SECRET).map(|name| name.trim().to_string()).filter(|n| !n.is_empty())
@@ -335,7 +353,7 @@ mod tests {
     use super::*;
 
     fn publish(cluster: &Cluster, settings: &Settings) -> Result<LocalRegistryHostingV1, Problem> {
-        let registries = super::super::registries(cluster, settings);
+        let registries = trusted_registries(cluster, settings);
         assert_eq!(registries.len(), 1, "one registry expected");
         registries.into_iter().next().map(|r| r.document).expect("a registry")
     }
@@ -626,15 +644,15 @@ mod tests {
         let settings = Settings::default();
         let selected = || service("reg", "zot").selector(&[("app", "zot")]).port(None, 5000, None);
         let mut cluster = labelled(selected());
-        assert!(!super::super::registries(&cluster, &settings)[0].ready, "no slice yet");
+        assert!(!trusted_registries(&cluster, &settings)[0].ready, "no slice yet");
         cluster.endpoint_slices.push(slice("reg", "zot", &[(false, "n")]));
-        assert!(!super::super::registries(&cluster, &settings)[0].ready, "only unready endpoints");
+        assert!(!trusted_registries(&cluster, &settings)[0].ready, "only unready endpoints");
         cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "n")]));
-        assert!(super::super::registries(&cluster, &settings)[0].ready);
+        assert!(trusted_registries(&cluster, &settings)[0].ready);
         let selectorless = labelled(service("reg", "manual").port(None, 5000, None));
-        assert!(super::super::registries(&selectorless, &settings)[0].ready);
+        assert!(trusted_registries(&selectorless, &settings)[0].ready);
         let external =
             labelled(service("reg", "ext").type_("ExternalName").external_name("r.example").port(None, 5000, None));
-        assert!(super::super::registries(&external, &settings)[0].ready);
+        assert!(trusted_registries(&external, &settings)[0].ready);
     }
 }
