@@ -16,7 +16,8 @@
 //!
 //! One monotonic clock, tokio's `Instant`, times everything; wall time appears only in the timestamps /metrics
 //! reports. docs/architecture.md maps the modules and the watches.
-// One call into the C library (memory::release_free_heap) is the only unsafe code, allowed there alone.
+// Two calls into the C library (memory::use_one_arena, memory::release_free_heap) are the only unsafe code, allowed
+// there alone.
 #![deny(unsafe_code)]
 
 pub mod app;
