@@ -20,8 +20,9 @@ use kube::{Client, ResourceExt};
 use crate::cli::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::plan::{self, Action, Readiness};
-use crate::settings::Settings;
-use crate::{probe, readers, registry};
+use crate::registry::annotations;
+use crate::settings::{PullSecrets, Settings};
+use crate::{probe, pull, readers, registry};
 
 /// How long the cluster snapshot and the probe pod may take.
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,7 +74,7 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
 
     println!("\n== From the cluster (what the controller sees and decides)");
     println!("  reading the registries, their endpoints and the ConfigMap...");
-    let Ok((cluster, existing)) =
+    let Ok((cluster, existing, pulled)) =
         tokio::time::timeout(CLUSTER_TIMEOUT, crate::controller::snapshot(&client, settings)).await
     else {
         eprintln!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
@@ -141,6 +142,11 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     };
     wrong |= stale;
     controllers(&client).await;
+    if let Some(pull) = &settings.pull_secrets {
+        let published = plan::published_registry(&decision.action, existing.as_ref(), &registries);
+        let registry = published.and_then(|id| registries.into_iter().find(|r| r.id == id));
+        wrong |= !pull_credentials(registry.as_ref(), &pulled, pull);
+    }
 
     if let Some(from_cluster) = from_cluster {
         println!("\n== From a pod");
@@ -156,6 +162,55 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The pull credentials' state (`--pull-secrets`): where they should be, where they are, and what is wrong.
+/// Returns whether all is well.
+fn pull_credentials(registry: Option<&registry::Registry>, observed: &pull::Observed, settings: &PullSecrets) -> bool {
+    println!(
+        "\n== Pull credentials (Secret {} in namespaces labelled {}={})",
+        settings.name,
+        pull::NAMESPACE_LABEL,
+        pull::NAMESPACE_VALUE
+    );
+    match registry.map(|r| (r, &r.pull_secret)) {
+        None => println!("  no registry is published, so none are distributed"),
+        Some((r, None)) => println!("  registry {} names no source Secret ({})", r.id, annotations::PULL_SECRET),
+        Some((r, Some(source))) => println!("  registry {} names the source Secret {}/{source}", r.id, r.id.namespace),
+    }
+    let labelled: Vec<&str> = observed.namespaces.iter().map(String::as_str).collect();
+    println!("  labelled namespaces: {}", if labelled.is_empty() { "none".into() } else { labelled.join(", ") });
+    let holding: Vec<String> =
+        observed.secrets.iter().filter(|s| pull::is_ours(s)).filter_map(|s| s.namespace()).collect();
+    println!(
+        "  holding the controller's Secret: {}",
+        if holding.is_empty() { "none".into() } else { holding.join(", ") }
+    );
+    let plan = pull::plan(registry, observed, settings);
+    for notice in &plan.notices {
+        println!("  PROBLEM ({}): {}", notice.reason, notice.message);
+    }
+    let namespaces = |secrets: Vec<String>| secrets.join(", ");
+    if !plan.apply.is_empty() {
+        println!(
+            "  STALE: would write it in {}",
+            namespaces(plan.apply.iter().filter_map(|s| s.namespace()).collect())
+        );
+    }
+    if !plan.delete.is_empty() {
+        println!(
+            "  STALE: would remove it from {}",
+            namespaces(plan.delete.iter().map(|(ns, _)| ns.clone()).collect())
+        );
+    }
+    for account in &plan.accounts {
+        println!("  STALE: would update ServiceAccount {}/{}", account.namespace, account.name);
+    }
+    let well = plan.notices.is_empty() && plan.is_empty();
+    if well {
+        println!("  current: every labelled namespace holds what the controller would write");
+    }
+    well
 }
 
 type Event = k8s_openapi::api::events::v1::Event;

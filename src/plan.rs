@@ -219,6 +219,19 @@ pub fn released_configmap(settings: &Settings) -> ConfigMap {
 }
 
 /// The published ConfigMap as an Event's subject, for what concerns no registry.
+/// The registry readers see once `action` is carried out: the one written, or for no write the one whose document
+/// the ConfigMap (ours) holds.
+pub fn published_registry(action: &Action, existing: Option<&Existing>, registries: &[Registry]) -> Option<ServiceId> {
+    match action {
+        Action::Apply { source, .. } => source.clone(),
+        Action::Keep => {
+            let document = existing.filter(|e| e.owned).and_then(|e| e.document.as_ref())?;
+            registries.iter().find(|r| r.trusted && r.document.as_ref().ok() == Some(document)).map(|r| r.id.clone())
+        }
+        Action::Delete | Action::RemoveKey => None,
+    }
+}
+
 pub fn configmap_reference(settings: &Settings, existing: Option<&Existing>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),

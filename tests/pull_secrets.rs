@@ -92,6 +92,20 @@ async fn wait_account(client: &Client, ns: &str, account: &str, ours: &str, want
     assert!(found.is_some(), "{ns}/{account} lists {:?}, not {wanted:?}", listed().await);
 }
 
+/// `doctor`'s report for the scenario's settings with --pull-secrets.
+fn doctor(scenario: &Scenario, name: &str, accounts: &str) -> String {
+    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
+    let output = std::process::Command::new(support::binary::BINARY)
+        .args(["doctor", &kubeconfig, "--no-builtin-registries", "--pull-secrets"])
+        .arg(format!("--configmap-namespace={}", scenario.ns))
+        .arg(format!("--watch-namespaces={}", scenario.ns))
+        .arg(format!("--pull-secret-name={name}"))
+        .arg(format!("--pull-secret-service-accounts={accounts}"))
+        .output()
+        .expect("run doctor");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// A scenario whose publisher distributes a Secret named after the test, so tests running side by side (each
 /// sees every labelled namespace) keep to their own Secrets.
 async fn scenario(prefix: &str, accounts: &[&str]) -> (Scenario, String) {
@@ -139,6 +153,10 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
     wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
     let untouched = pull_secret_names(&client, &unwanted, "default").await;
     assert!(untouched.is_empty(), "{untouched:?}");
+    let report = doctor(&scenario, &name, "default,builder");
+    assert!(report.contains(&format!("names the source Secret {}/creds", scenario.ns)), "{report}");
+    let holding = report.lines().find(|l| l.contains("holding the controller's Secret")).unwrap_or_default();
+    assert!(holding.contains(&wanted) && !holding.contains(&unwanted), "{report}");
 
     // Rotation: a new token reaches the Secret; the time it took is printed, not asserted.
     let rotated = Instant::now();
@@ -233,6 +251,8 @@ async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_pub
 
     let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
     assert!(note.contains(&taken), "{note}");
+    let report = doctor(&scenario, &name, "default");
+    assert!(report.contains("PROBLEM (PullSecretNameTaken)") && report.contains(&taken), "{report}");
 
     // kube-public, readable by everyone, gets no credentials even when labelled.
     kubectl(&["label", "namespace", "kube-public", LABEL]);

@@ -75,15 +75,19 @@ impl Error {
 }
 
 /// What the controller's own watches see right now, once every watch the current registries need has synced: the
-/// same snapshot a reconcile pass decides on (for `doctor`).
-pub async fn snapshot(client: &Client, settings: &Settings) -> (registry::Cluster, Option<Existing>) {
+/// same snapshot a reconcile pass decides on (for `doctor`), with what the pull watches hold (empty without
+/// --pull-secrets).
+pub async fn snapshot(
+    client: &Client,
+    settings: &Settings,
+) -> (registry::Cluster, Option<Existing>, crate::pull::Observed) {
     let signals = Signals::new(Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals, settings);
     loop {
         let cluster = watches.snapshot();
         if watches.follow(&registry::interest(&cluster, settings)) {
             let existing = watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
-            return (cluster, existing);
+            return (cluster, existing, watches.pull_observed());
         }
         // Every watch wakes this when it has listed.
         signals.changed.notified().await;
@@ -140,23 +144,6 @@ impl Context {
     /// A single replica without leader election, with metrics of its own.
     pub fn standalone() -> Self {
         Self::new(Metrics::default(), Arc::default(), None)
-    }
-}
-
-/// The registry readers see once `action` is carried out: the one written, or for no write the one whose document
-/// the ConfigMap (ours) holds.
-fn published_registry(
-    action: &Action,
-    existing: Option<&Existing>,
-    registries: &[registry::Registry],
-) -> Option<registry::ServiceId> {
-    match action {
-        Action::Apply { source, .. } => source.clone(),
-        Action::Keep => {
-            let document = existing.filter(|e| e.owned).and_then(|e| e.document.as_ref())?;
-            registries.iter().find(|r| r.trusted && r.document.as_ref().ok() == Some(document)).map(|r| r.id.clone())
-        }
-        Action::Delete | Action::RemoveKey => None,
     }
 }
 
@@ -336,7 +323,7 @@ impl Publisher {
                 return Ok(Some(decision.recheck_after.map_or(left, |recheck| recheck.min(left))));
             }
         }
-        let published = published_registry(&decision.action, existing.as_ref(), &registries);
+        let published = plan::published_registry(&decision.action, existing.as_ref(), &registries);
         let written = self.execute(decision.action, existing.as_ref()).await;
         let health = &self.context.health;
         match &written {
