@@ -175,24 +175,20 @@ pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str
             return ExitCode::from(2);
         }
     }
-    let mut secret = String::new();
-    if let Err(error) = std::io::stdin().read_to_string(&mut secret) {
+    let mut input = String::new();
+    if let Err(error) = std::io::stdin().read_to_string(&mut input) {
         eprintln!("error: cannot read the password or token from standard input: {error}");
         return ExitCode::from(2);
     }
-    let key = if username.is_some() {
-        crate::pull::credentials::keys::PASSWORD
-    } else {
-        crate::pull::credentials::keys::TOKEN
-    };
-    let mut source = BTreeMap::from([(key.to_string(), k8s_openapi::ByteString(secret.into_bytes()))]);
-    if let Some(username) = username {
-        source.insert(crate::pull::credentials::keys::USERNAME.into(), k8s_openapi::ByteString(username.into()));
+    let secret = crate::pull::credentials::without_line_break(&input);
+    if secret.is_empty() {
+        eprintln!("error: standard input is empty: pipe in the password or token");
+        return ExitCode::from(2);
     }
-    let credentials = match crate::pull::Credentials::from_source(&source) {
+    let credentials = match crate::pull::Credentials::new(username.map(String::from), secret.to_string()) {
         Ok(credentials) => credentials,
         Err(why) => {
-            eprintln!("error: {}", why.replace(&format!("key {key:?}"), "standard input"));
+            eprintln!("error: {why}");
             return ExitCode::from(2);
         }
     };

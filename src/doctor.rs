@@ -143,9 +143,8 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     wrong |= stale;
     controllers(&client).await;
     if let Some(pull) = &settings.pull_secrets {
-        let published = plan::published_registry(&decision.action, existing.as_ref(), &registries);
-        let registry = published.and_then(|id| registries.into_iter().find(|r| r.id == id));
-        wrong |= !pull_credentials(registry.as_ref(), &pulled, pull);
+        let registry = plan::published_registry(&decision.action, existing.as_ref(), &registries);
+        wrong |= !pull_credentials(registry, &pulled, pull);
     }
 
     if let Some(from_cluster) = from_cluster {

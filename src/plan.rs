@@ -221,12 +221,16 @@ pub fn released_configmap(settings: &Settings) -> ConfigMap {
 /// The published ConfigMap as an Event's subject, for what concerns no registry.
 /// The registry readers see once `action` is carried out: the one written, or for no write the one whose document
 /// the ConfigMap (ours) holds.
-pub fn published_registry(action: &Action, existing: Option<&Existing>, registries: &[Registry]) -> Option<ServiceId> {
+pub fn published_registry<'a>(
+    action: &Action,
+    existing: Option<&Existing>,
+    registries: &'a [Registry],
+) -> Option<&'a Registry> {
     match action {
-        Action::Apply { source, .. } => source.clone(),
+        Action::Apply { source, .. } => registries.iter().find(|r| Some(&r.id) == source.as_ref()),
         Action::Keep => {
             let document = existing.filter(|e| e.owned).and_then(|e| e.document.as_ref())?;
-            registries.iter().find(|r| r.trusted && r.document.as_ref().ok() == Some(document)).map(|r| r.id.clone())
+            registries.iter().find(|r| r.trusted && r.document.as_ref().ok() == Some(document))
         }
         Action::Delete | Action::RemoveKey => None,
     }

@@ -20,6 +20,7 @@ use kube::api::{Api, LogParams};
 use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
+use support::binary::status_field;
 use support::{apply_in, ok, wait_until};
 use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
@@ -186,11 +187,6 @@ fn container_process(container_id: &str) -> u32 {
     let dir = dir.unwrap_or_else(|| panic!("no cgroup for container {container_id} under {}", cgroup.display()));
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
     procs.lines().next().and_then(|pid| pid.parse().ok()).expect("a process in the container")
-}
-
-fn status_field(pid: u32, field: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
-    status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).map(|v| v.trim().to_string()).unwrap_or_default()
 }
 
 #[tokio::test]

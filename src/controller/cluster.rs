@@ -139,8 +139,8 @@ impl Watches {
     /// What the pull watches hold.
     pub(super) fn pull_observed(&self) -> pull::Observed {
         let sources = self.pull_sources.findings().into_iter().filter_map(|(key, found)| {
-            let name = key.fields.as_deref()?.strip_prefix("metadata.name=")?.to_string();
-            Some(((key.namespace.clone()?, name), found.map(|secrets| secrets.into_iter().next())))
+            let source = (key.namespace.clone()?, key.name()?.to_string());
+            Some((source, found.map(|secrets| secrets.into_iter().next())))
         });
         pull::Observed {
             sources: sources.collect(),

@@ -343,7 +343,7 @@ impl Publisher {
         }
         // Pull Secrets follow what readers now see; after a refused write that is what they saw before.
         let distributed = match &written {
-            Ok(_) => self.distribute(published.as_ref(), &registries, &mut notices).await,
+            Ok(_) => self.distribute(published, &mut notices).await,
             Err(_) => Ok(()),
         };
         self.events.record(notices);
@@ -355,12 +355,10 @@ impl Publisher {
     /// With --pull-secrets: the published registry's pull credentials, in every namespace that asked for them.
     async fn distribute(
         &self,
-        published: Option<&registry::ServiceId>,
-        registries: &[registry::Registry],
+        registry: Option<&registry::Registry>,
         notices: &mut Vec<plan::Notice>,
     ) -> Result<(), Error> {
         let Some(settings) = &self.settings.pull_secrets else { return Ok(()) };
-        let registry = published.and_then(|id| registries.iter().find(|r| &r.id == id));
         let plan = crate::pull::plan(registry, &self.watches.pull_observed(), settings);
         notices.extend(plan.notices.iter().cloned());
         if plan.is_empty() {

@@ -21,6 +21,8 @@ use crate::backoff;
 use crate::health::Health;
 use crate::metrics::Metrics;
 
+const NAME_FIELD: &str = "metadata.name=";
+
 /// One server-side filtered watch: a namespace (or all) and label and field selectors.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct WatchKey {
@@ -41,8 +43,13 @@ impl WatchKey {
 
     /// Only the object with this name, as a `metadata.name` field selector.
     pub fn named(mut self, name: &str) -> Self {
-        self.fields = Some(format!("metadata.name={name}"));
+        self.fields = Some(format!("{NAME_FIELD}{name}"));
         self
+    }
+
+    /// The name [`WatchKey::named`] watches.
+    pub fn name(&self) -> Option<&str> {
+        self.fields.as_deref()?.strip_prefix(NAME_FIELD)
     }
 }
 
@@ -63,7 +70,7 @@ struct Running<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     synced: Arc<AtomicBool>,
     /// Why the watch fails now, for a set whose failures are findings.
-    failure: Arc<Mutex<Option<String>>>,
+    failure: Option<Arc<Mutex<Option<String>>>>,
     task: JoinHandle<()>,
 }
 
@@ -221,7 +228,8 @@ where
 
     /// Each watch's objects, or why it fails now.
     pub fn findings(&self) -> Vec<(&WatchKey, Finding<K>)> {
-        let failure = |r: &Running<K>| r.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let failure =
+            |r: &Running<K>| r.failure.as_ref()?.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         self.running.iter().map(|(key, r)| (key, failure(r).map_or_else(|| Ok(r.store.state()), Err))).collect()
     }
 
@@ -253,13 +261,8 @@ where
         let synced = Arc::new(AtomicBool::new(false));
         let name = format!("{} {key}", K::kind(&()));
         debug!(watch = %name, "starting watch");
-        let failure = Arc::new(Mutex::new(None));
-        let outcome = Outcome {
-            synced: synced.clone(),
-            failure: self.failures_are_findings.then(|| failure.clone()),
-            signals: self.signals.clone(),
-            name,
-        };
+        let failure = self.failures_are_findings.then(Arc::default);
+        let outcome = Outcome { synced: synced.clone(), failure: failure.clone(), signals: self.signals.clone(), name };
         let task = tokio::spawn(watch(api, config, self.prune, writer, outcome));
         Running { store, synced, failure, task }
     }

@@ -47,7 +47,7 @@ impl Credentials {
         let value = |key: &str| -> Result<Option<String>, String> {
             let Some(bytes) = data.get(key) else { return Ok(None) };
             let text = String::from_utf8(bytes.0.clone()).map_err(|_| format!("key {key:?} is not UTF-8 text"))?;
-            let text = text.trim_end_matches(['\n', '\r']).to_string();
+            let text = without_line_break(&text).to_string();
             if text.is_empty() {
                 return Err(format!("key {key:?} is empty"));
             }
@@ -56,13 +56,19 @@ impl Credentials {
         let (username, password, token) = (value(keys::USERNAME)?, value(keys::PASSWORD)?, value(keys::TOKEN)?);
         let (username, secret) = match (username, password, token) {
             (_, Some(_), Some(_)) => return Err("holds both \"password\" and \"token\"; keep one".into()),
-            (Some(username), Some(password), None) => (username, password),
+            (Some(username), Some(password), None) => (Some(username), password),
             (None, Some(_), None) => return Err("has a \"password\" but no \"username\"".into()),
-            (username, None, Some(token)) => (username.unwrap_or_else(|| TOKEN_USERNAME.to_string()), token),
+            (username, None, Some(token)) => (username, token),
             (_, None, None) => {
                 return Err("holds neither \"username\" and \"password\" nor \"token\"".into());
             }
         };
+        Self::new(username, secret)
+    }
+
+    /// A user name and its password, or a token alone (sent with [`TOKEN_USERNAME`]).
+    pub fn new(username: Option<String>, secret: String) -> Result<Self, String> {
+        let username = username.unwrap_or_else(|| TOKEN_USERNAME.to_string());
         // Basic authentication splits user and password at the first colon.
         if username.contains(':') {
             return Err("the \"username\" contains a colon, which basic authentication cannot carry".into());
@@ -74,6 +80,11 @@ impl Credentials {
     fn auth(&self) -> String {
         STANDARD.encode(format!("{}:{}", self.username, self.secret))
     }
+}
+
+/// A value without the line break that `echo` and editors end files with.
+pub fn without_line_break(text: &str) -> &str {
+    text.trim_end_matches(['\n', '\r'])
 }
 
 /// Every address the published document names, each once: the runtime pulls from `hostFromContainerRuntime` (or

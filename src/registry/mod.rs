@@ -154,11 +154,16 @@ pub fn registries(cluster: &Cluster, settings: &Settings) -> Vec<Registry> {
 /// need and what each would publish.
 pub struct Candidates<'a> {
     cluster: &'a Cluster,
-    found: Vec<(&'a Service, Source)>,
+    /// Each Service, why it is a registry, and whether its namespace may name the cluster's registry.
+    found: Vec<(&'a Service, Source, bool)>,
 }
 
 pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
-    Candidates { cluster, found: candidates(cluster, settings) }
+    let found = candidates(cluster, settings).into_iter().map(|(service, source)| {
+        let trusted = trusted(&service_id(service).namespace, &source, cluster, settings);
+        (service, source, trusted)
+    });
+    Candidates { cluster, found: found.collect() }
 }
 
 impl Candidates<'_> {
@@ -168,8 +173,8 @@ impl Candidates<'_> {
         let mut registries: Vec<Registry> = self
             .found
             .iter()
-            .map(|(service, source)| {
-                if trusted(&service_id(service).namespace, source, cluster, settings) {
+            .map(|(service, source, trusted)| {
+                if *trusted {
                     Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
                 } else {
                     values::ignored(service, source.clone())
@@ -187,13 +192,13 @@ impl Candidates<'_> {
             service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
             ..Interest::default()
         };
-        for (service, source) in &self.found {
-            let id = service_id(service);
+        for (service, source, trusted) in &self.found {
             // An untrusted registry is only told why it is ignored: nothing about it is watched, so a tenant's
             // thousand Services cost no more than their own objects.
-            if !trusted(&id.namespace, source, cluster, settings) {
+            if !trusted {
                 continue;
             }
+            let id = service_id(service);
             if settings.pull_secrets.is_some()
                 && let Some(name) = values::pull_secret(service)
             {

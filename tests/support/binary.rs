@@ -92,10 +92,15 @@ impl Drop for Controller {
     }
 }
 
+/// One field of a process's /proc status, trimmed; empty when the process or the field is gone.
+pub fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).map(|v| v.trim().to_string()).unwrap_or_default()
+}
+
 /// A process's resident memory, from /proc.
 pub fn resident_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+    status_field(pid, "VmRSS").trim_end_matches("kB").trim().parse().ok()
 }
 
 /// A process's open sockets: its listeners, and one connection per watch or pooled request to the API server.
