@@ -1,7 +1,7 @@
 //! Given the registries, what is published now and the settings: what to write, what to tell users, and when to
 //! look again. Pure: no I/O, time passed in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,9 +59,12 @@ pub struct Readiness {
 
 impl Readiness {
     pub fn observe(&mut self, registries: &[Registry], now: Instant) {
-        self.unready_since.retain(|id, _| registries.iter().any(|r| &r.id == id && !r.ready));
-        for registry in registries.iter().filter(|r| !r.ready) {
-            self.unready_since.entry(registry.id.clone()).or_insert(now);
+        // Only a trusted registry can be published, so only its readiness has a grace period to keep.
+        let unready: BTreeSet<&ServiceId> =
+            registries.iter().filter(|r| r.trusted && !r.ready).map(|r| &r.id).collect();
+        self.unready_since.retain(|id, _| unready.contains(id));
+        for id in unready {
+            self.unready_since.entry(id.clone()).or_insert(now);
         }
     }
 

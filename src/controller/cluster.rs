@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::PartialObjectMeta;
 use kube::{Client, ResourceExt};
 
 use super::prune;
@@ -17,7 +18,10 @@ use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, PullSecr
 
 /// Every watch the publisher runs. The fixed ones are set up once; the others follow [`Interest`].
 pub(super) struct Watches {
+    /// Watching every namespace: per trusted namespace holding labelled Services; otherwise per watched namespace.
     labelled_services: WatchSet<Service>,
+    /// Watching every namespace: every labelled Service's metadata, which is all an untrusted one needs.
+    labelled_metadata: WatchSet<PartialObjectMeta<Service>>,
     deployments: WatchSet<Deployment>,
     statefulsets: WatchSet<StatefulSet>,
     daemonsets: WatchSet<DaemonSet>,
@@ -43,8 +47,8 @@ pub(super) struct Watches {
     /// With --pull-secrets: the chosen ServiceAccounts, each by name, where our Secret is or should be.
     pull_accounts: WatchSet<ServiceAccount>,
     pull: Option<PullSecrets>,
-    /// Watching every namespace: labelled slices are watched per namespace holding trusted registries.
-    slice_selector: Option<String>,
+    /// Watching every namespace: the registry selector, for the watches run per trusted namespace.
+    trusted_selector: Option<String>,
 }
 
 impl Watches {
@@ -52,6 +56,7 @@ impl Watches {
         let (c, n) = (client, signals);
         let mut watches = Watches {
             labelled_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
+            labelled_metadata: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::identity),
             deployments: WatchSet::namespaced(c.clone(), n.clone()),
             statefulsets: WatchSet::namespaced(c.clone(), n.clone()),
             daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
@@ -70,7 +75,7 @@ impl Watches {
             pull_secrets: WatchSet::namespaced(c.clone(), n.clone()),
             pull_accounts: WatchSet::namespaced(c.clone(), n.clone()),
             pull: settings.pull_secrets.clone(),
-            slice_selector: settings.all_namespaces().then(|| settings.registry_selector.clone()),
+            trusted_selector: settings.all_namespaces().then(|| settings.registry_selector.clone()),
         };
         if let Some(pull) = &settings.pull_secrets {
             let wanted = format!("{}={}", pull::NAMESPACE_LABEL, pull::NAMESPACE_VALUE);
@@ -87,12 +92,15 @@ impl Watches {
             settings.watch_namespaces.iter().map(|n| Some(n.as_str())).collect()
         };
         let labelled = || scope.iter().map(|ns| WatchKey::in_namespace(*ns).labels(&settings.registry_selector));
-        watches.labelled_services.follow(labelled());
         watches.deployments.follow(labelled());
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
-        // Every watched namespace is trusted; watching all, only trusted namespaces' slices are followed.
-        if !settings.all_namespaces() {
+        // Every watched namespace is trusted; watching all, only trusted namespaces' Services and slices are watched
+        // whole, and the rest of the labelled Services as metadata.
+        if settings.all_namespaces() {
+            watches.labelled_metadata.follow(labelled());
+        } else {
+            watches.labelled_services.follow(labelled());
             watches.labelled_slices.follow(labelled());
         }
         if settings.builtin_registries {
@@ -115,9 +123,13 @@ impl Watches {
         self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
         self.pods.follow(shared_pod_watches(&interest.pod_selectors));
         self.endpoint_slices.follow(shared_slice_watches(&interest.endpoint_services));
-        if let Some(selector) = &self.slice_selector {
-            let namespaces = interest.labelled_slice_namespaces.iter();
-            self.labelled_slices.follow(namespaces.map(|ns| WatchKey::in_namespace(Some(ns)).labels(selector)));
+        if let Some(selector) = &self.trusted_selector {
+            let per_namespace = |namespaces: &BTreeSet<String>| {
+                let keys = namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns)).labels(selector));
+                keys.collect::<Vec<_>>()
+            };
+            self.labelled_services.follow(per_namespace(&interest.labelled_service_namespaces));
+            self.labelled_slices.follow(per_namespace(&interest.labelled_slice_namespaces));
         }
         self.nodes.follow(interest.nodes.iter().map(|name| WatchKey::default().named(name)));
         self.pull_sources
@@ -151,9 +163,10 @@ impl Watches {
     }
 
     /// Every watch set, for questions asked of all of them.
-    fn all(&self) -> [&dyn WatchState; 17] {
+    fn all(&self) -> [&dyn WatchState; 18] {
         [
             &self.labelled_services,
+            &self.labelled_metadata,
             &self.deployments,
             &self.statefulsets,
             &self.daemonsets,
@@ -215,8 +228,12 @@ impl Watches {
             services.sort_by_key(|s| (s.namespace(), s.name_any()));
             services
         };
+        let mut labelled_metadata = self.labelled_metadata.objects();
+        labelled_metadata
+            .sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
         Cluster {
             labelled_services: sorted(self.labelled_services.objects()),
+            labelled_metadata,
             workloads,
             workload_namespace_services: sorted(self.namespace_services.objects()),
             builtin_services: sorted(self.builtin_services.objects()),

@@ -4,7 +4,7 @@
 //! kube's `Recorder` is not used: it keys Events without their note, so a changed message ("published host A",
 //! then "published host B") would only bump the first Event's count and users would read the stale note.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
@@ -39,7 +39,7 @@ pub struct EventLog {
 impl EventLog {
     pub fn start(client: Client) -> Self {
         let (latest, receiver) = mpsc::unbounded_channel();
-        let poster = Poster { client, instance: crate::pod::name(), said: BTreeMap::new() };
+        let poster = Poster { client, instance: crate::pod::name(), said: HashMap::new() };
         Self { latest, task: tokio::spawn(poster.run(receiver)) }
     }
 
@@ -62,17 +62,17 @@ impl EventLog {
 struct Poster {
     client: Client,
     instance: String,
-    said: BTreeMap<Key, u64>,
+    said: HashMap<Key, u64>,
 }
 
-/// (regarding object, reason), to a hash of the message last published for it: a thousand losing registries' long
-/// messages need not stay in memory to be compared.
-type Key = (String, &'static str);
+/// A hash of (regarding object, reason), to a hash of the message last published for it: a thousand losing
+/// registries' names and long messages need not stay in memory to be compared.
+type Key = u64;
 
-fn digest(message: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
+fn digest(value: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    message.hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -116,8 +116,8 @@ impl Poster {
             let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
             let name = reference.name.clone().unwrap_or_default();
             let object = format!("{namespace}/{name}");
-            let key = (format!("{object}/{}", reference.uid.as_deref().unwrap_or_default()), notice.reason);
-            current.insert(key.clone());
+            let key = digest((&object, reference.uid.as_deref(), notice.reason));
+            current.insert(key);
             let digest = digest(&notice.message);
             if self.said.get(&key) == Some(&digest) {
                 continue;

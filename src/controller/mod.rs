@@ -84,10 +84,15 @@ pub async fn snapshot(
     let signals = Signals::new(Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals, settings);
     loop {
-        let cluster = watches.snapshot();
-        if watches.follow(&registry::interest(&cluster, settings)) {
-            let existing = watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
-            return (cluster, existing, watches.pull_observed());
+        let interest = registry::interest(&watches.snapshot(), settings);
+        if watches.follow(&interest) {
+            // Every watch has listed: a snapshot taken now is complete, unless it needs watches the last did not.
+            let cluster = watches.snapshot();
+            if registry::interest(&cluster, settings) == interest {
+                let existing = watches.configmap.objects().first().map(|cm| Existing::from_configmap(cm));
+                return (cluster, existing, watches.pull_observed());
+            }
+            continue;
         }
         // Every watch wakes this when it has listed.
         signals.changed.notified().await;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
-use kube::core::Resource;
+use kube::core::{PartialObjectMeta, Resource};
 
 use crate::hosting::LocalRegistryHostingV1;
 use crate::settings::Settings;
@@ -27,8 +27,12 @@ pub const MICROK8S: (&str, &str) = ("container-registry", "registry");
 /// Everything the watches hold right now.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
-    /// Services matching the registry selector.
+    /// Services matching the registry selector, whole. Watching every namespace, only those in trusted namespaces
+    /// (see [`Interest::labelled_service_namespaces`]).
     pub labelled_services: Vec<Arc<Service>>,
+    /// Watching every namespace: every Service matching the registry selector, as metadata only. A tenant's
+    /// registries are only told they are ignored, which needs no more.
+    pub labelled_metadata: Vec<Arc<PartialObjectMeta<Service>>>,
     /// Deployments, StatefulSets and DaemonSets matching the registry selector.
     pub workloads: Vec<Workload>,
     /// Every Service in a namespace that holds a labelled workload.
@@ -138,6 +142,9 @@ pub struct Interest {
     pub endpoint_services: BTreeSet<ServiceId>,
     /// Namespaces whose labelled registries' EndpointSlices are watched by the registry selector.
     pub labelled_slice_namespaces: BTreeSet<String>,
+    /// Watching every namespace: trusted namespaces holding labelled Services, whose labelled Services are watched
+    /// whole.
+    pub labelled_service_namespaces: BTreeSet<String>,
     /// Nodes whose InternalIP a published value needs.
     pub nodes: BTreeSet<String>,
     /// (namespace, name) of the pull-credential source Secrets that trusted registries name, when pull Secrets are
@@ -156,31 +163,69 @@ pub struct Candidates<'a> {
     cluster: &'a Cluster,
     /// Each Service, why it is a registry, and whether its namespace may name the cluster's registry.
     found: Vec<(&'a Service, Source, bool)>,
+    /// Labelled Services in untrusted namespaces, seen as metadata only.
+    ignored: Vec<&'a ObjectMeta>,
+    /// Trusted namespaces that hold labelled Services, seen as metadata.
+    labelled_namespaces: BTreeSet<String>,
 }
 
 pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
-    let found = candidates(cluster, settings).into_iter().map(|(service, source)| {
-        let trusted = trusted(&service_id(service).namespace, &source, cluster, settings);
-        (service, source, trusted)
-    });
-    Candidates { cluster, found: found.collect() }
+    let mut candidates =
+        Candidates { cluster, found: Vec::new(), ignored: Vec::new(), labelled_namespaces: BTreeSet::new() };
+    // A Service found several ways counts once, by its first source.
+    let mut seen = BTreeSet::new();
+    let mut add = |service: &'a Service, source: Source, found: &mut Vec<_>| {
+        let id = service_id(service);
+        let trusted = trusted(&id.namespace, &source, cluster, settings);
+        if seen.insert(id) {
+            found.push((service, source, trusted));
+        }
+    };
+    for service in &cluster.labelled_services {
+        add(service, Source::Labelled, &mut candidates.found);
+    }
+    for workload in &cluster.workloads {
+        for service in cluster.workload_namespace_services.iter().filter(|s| selects(s, workload)) {
+            add(service, Source::Workload { kind: workload.kind, name: workload.name.clone() }, &mut candidates.found);
+        }
+    }
+    if settings.builtin_registries {
+        for service in &cluster.builtin_services {
+            let id = service_id(service);
+            if (id.namespace.as_str(), id.name.as_str()) == MINIKUBE {
+                add(service, Source::Minikube, &mut candidates.found);
+            } else if (id.namespace.as_str(), id.name.as_str()) == MICROK8S {
+                add(service, Source::MicroK8s, &mut candidates.found);
+            }
+        }
+    }
+    // Seen as metadata only: a trusted namespace's labelled Services are watched whole (and found above once they
+    // are); the others are told they are ignored, unless found whole another way.
+    let found_whole: BTreeSet<ServiceId> = candidates.found.iter().map(|(s, _, _)| service_id(s)).collect();
+    for meta in cluster.labelled_metadata.iter().map(|m| &m.metadata) {
+        let id = meta_id(meta);
+        if trusted(&id.namespace, &Source::Labelled, cluster, settings) {
+            candidates.labelled_namespaces.insert(id.namespace);
+        } else if !found_whole.contains(&id) {
+            candidates.ignored.push(meta);
+        }
+    }
+    candidates
 }
 
 impl Candidates<'_> {
     /// Every registry with what it would publish, best first.
     pub fn registries(&self, settings: &Settings) -> Vec<Registry> {
         let cluster = self.cluster;
-        let mut registries: Vec<Registry> = self
-            .found
-            .iter()
-            .map(|(service, source, trusted)| {
-                if *trusted {
-                    Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
-                } else {
-                    values::ignored(service, source.clone())
-                }
-            })
-            .collect();
+        let whole = self.found.iter().map(|(service, source, trusted)| {
+            if *trusted {
+                Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
+            } else {
+                values::ignored(&service.metadata, source.clone())
+            }
+        });
+        let ignored = self.ignored.iter().map(|meta| values::ignored(meta, Source::Labelled));
+        let mut registries: Vec<Registry> = whole.chain(ignored).collect();
         registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
         registries
     }
@@ -190,6 +235,7 @@ impl Candidates<'_> {
         let cluster = self.cluster;
         let mut interest = Interest {
             service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
+            labelled_service_namespaces: self.labelled_namespaces.clone(),
             ..Interest::default()
         };
         for (service, source, trusted) in &self.found {
@@ -254,36 +300,6 @@ pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
     survey(cluster, settings).interest(settings)
 }
 
-/// Registry Services and why each is one; a Service found several ways counts once, by its first source.
-fn candidates<'a>(cluster: &'a Cluster, settings: &Settings) -> Vec<(&'a Service, Source)> {
-    let mut seen = BTreeSet::new();
-    let mut found = Vec::new();
-    let mut add = |service: &'a Service, source: Source| {
-        if seen.insert(service_id(service)) {
-            found.push((service, source));
-        }
-    };
-    for service in &cluster.labelled_services {
-        add(service, Source::Labelled);
-    }
-    for workload in &cluster.workloads {
-        for service in cluster.workload_namespace_services.iter().filter(|s| selects(s, workload)) {
-            add(service, Source::Workload { kind: workload.kind, name: workload.name.clone() });
-        }
-    }
-    if settings.builtin_registries {
-        for service in &cluster.builtin_services {
-            let id = service_id(service);
-            if (id.namespace.as_str(), id.name.as_str()) == MINIKUBE {
-                add(service, Source::Minikube);
-            } else if (id.namespace.as_str(), id.name.as_str()) == MICROK8S {
-                add(service, Source::MicroK8s);
-            }
-        }
-    }
-    found
-}
-
 /// Whether the Service's selector picks the workload's pods.
 fn selects(service: &Service, workload: &Workload) -> bool {
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
@@ -292,7 +308,11 @@ fn selects(service: &Service, workload: &Workload) -> bool {
 }
 
 pub fn service_id(service: &Service) -> ServiceId {
-    ServiceId { namespace: service.namespace().unwrap_or_default(), name: service.name_any() }
+    meta_id(&service.metadata)
+}
+
+fn meta_id(meta: &ObjectMeta) -> ServiceId {
+    ServiceId { namespace: meta.namespace.clone().unwrap_or_default(), name: meta.name.clone().unwrap_or_default() }
 }
 
 /// The Service's pod selector, `None` for selector-less Services.
@@ -300,11 +320,16 @@ fn pod_selector(service: &Service) -> Option<&PodSelector> {
     service.spec.as_ref()?.selector.as_ref().filter(|s| !s.is_empty())
 }
 
-fn object_reference(service: &Service) -> ObjectReference {
-    let mut reference = service.object_ref(&());
-    // Events need the reference, not the version that happened to be current.
-    reference.resource_version = None;
-    reference
+/// The Service's reference for Events: without the version that happened to be current.
+fn object_reference(meta: &ObjectMeta) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(Service::api_version(&()).into()),
+        kind: Some(Service::kind(&()).into()),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        ..ObjectReference::default()
+    }
 }
 
 #[cfg(test)]
@@ -325,10 +350,11 @@ mod tests {
         cluster.workload_namespace_services.push(service("reg", "registry").selector(&[("app", "registry")]).build());
         cluster.workload_namespace_services.push(service("reg", "other").selector(&[("app", "web")]).build());
         cluster.builtin_services.push(service("kube-system", "registry").build());
-        let found: Vec<(String, Source)> =
-            candidates(&cluster, &Settings::default()).into_iter().map(|(s, src)| (s.name_any(), src)).collect();
+        let found = |settings: &Settings| -> Vec<(String, Source)> {
+            survey(&cluster, settings).found.into_iter().map(|(s, src, _)| (s.name_any(), src)).collect()
+        };
         assert_eq!(
-            found,
+            found(&Settings::default()),
             [
                 ("zot".into(), Source::Labelled),
                 ("registry".into(), Source::Workload { kind: "Deployment", name: "registry".into() }),
@@ -336,7 +362,59 @@ mod tests {
             ]
         );
         let settings = Settings { builtin_registries: false, ..Settings::default() };
-        assert_eq!(candidates(&cluster, &settings).len(), 2);
+        assert_eq!(found(&settings).len(), 2);
+    }
+
+    #[test]
+    fn labelled_metadata_tells_untrusted_registries_and_names_trusted_namespaces() {
+        let mut cluster = Cluster::default();
+        let meta = |namespace: &str, name: &str| {
+            let meta = ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectMeta::default()
+            };
+            Arc::new(kube::core::PartialObjectMetaExt::into_response_partial::<Service>(meta))
+        };
+        cluster.labelled_metadata = vec![meta("reg", "zot"), meta("reg", "listing"), meta("tenant", "hijack")];
+        cluster.labelled_metadata.push(meta("tenant", "builds"));
+        cluster.labelled_services.push(service("reg", "zot").port(None, 5000, Some(30500)).type_("NodePort").build());
+        // Also a labelled workload's Service: found whole, and told once.
+        cluster.workloads.push(workload("tenant", "builder", &[("app", "builder")]));
+        cluster.workload_namespace_services.push(service("tenant", "builds").selector(&[("app", "builder")]).build());
+        let settings = Settings { registry_namespaces: vec!["reg".into()], ..Settings::default() };
+
+        let candidates = survey(&cluster, &settings);
+        let interest = candidates.interest(&settings);
+        assert_eq!(interest.labelled_service_namespaces, BTreeSet::from(["reg".to_string()]));
+        assert!(interest.pod_selectors.iter().all(|(ns, _)| ns != "tenant"), "{interest:?}");
+        let mut registries = candidates.registries(&settings);
+        registries.sort_by(|a, b| a.id.cmp(&b.id));
+        let seen: Vec<(&str, bool, Option<&str>)> = registries
+            .iter()
+            .map(|r| (r.id.name.as_str(), r.trusted, r.document.as_ref().err().map(|p| p.reason)))
+            .collect();
+        // reg/listing is not found until its namespace's whole watch holds it.
+        assert_eq!(
+            seen,
+            [
+                ("zot", true, None),
+                ("builds", false, Some("NamespaceNotAllowed")),
+                ("hijack", false, Some("NamespaceNotAllowed"))
+            ]
+        );
+        let hijack = &registries[2];
+        assert_eq!(hijack.source, Source::Labelled);
+        assert_eq!(registries[1].source, Source::Workload { kind: "Deployment", name: "builder".into() });
+        assert_eq!(
+            (
+                hijack.reference.kind.as_deref(),
+                hijack.reference.api_version.as_deref(),
+                hijack.reference.uid.as_deref()
+            ),
+            (Some("Service"), Some("v1"), Some("uid-hijack"))
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The values one registry Service publishes: its port, readiness, and the four document fields.
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{Cluster, Problem, Registry, ServiceId, Source, object_reference, service_id};
+use super::{Cluster, Problem, Registry, ServiceId, Source, meta_id, object_reference, service_id};
 use crate::hosting::address::Host;
 use crate::hosting::{InvalidValue, LocalRegistryHostingV1};
 use crate::settings::{NodeAddress, Settings};
@@ -39,7 +40,7 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
         ready: ready(service, &id, cluster),
         priority,
         created: service.metadata.creation_timestamp.clone(),
-        reference: object_reference(service),
+        reference: object_reference(&service.metadata),
         id,
         source,
         document,
@@ -51,14 +52,14 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
 
 /// An untrusted registry: only told why it is ignored, so nothing is derived (its annotations count for nothing, and
 /// nothing about its endpoints is watched).
-pub(super) fn ignored(service: &Service, source: Source) -> Registry {
-    let id = service_id(service);
+pub(super) fn ignored(meta: &ObjectMeta, source: Source) -> Registry {
+    let id = meta_id(meta);
     let problem = Problem { reason: "NamespaceNotAllowed", message: super::untrusted_message(&id.namespace) };
     Registry {
         ready: false,
         priority: 0,
-        created: service.metadata.creation_timestamp.clone(),
-        reference: object_reference(service),
+        created: meta.creation_timestamp.clone(),
+        reference: object_reference(meta),
         id,
         source,
         document: Err(problem),
