@@ -81,8 +81,8 @@ async fn get_says_what_each_reader_uses_with_an_exit_code_for_each_case() {
 
 #[test]
 fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
-    let dir = tempfile_dir();
-    let kubeconfig = dir.join("unreachable.kubeconfig");
+    let dir = TempDir::new("unreachable");
+    let kubeconfig = dir.0.join("unreachable.kubeconfig");
     std::fs::write(
         &kubeconfig,
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}\n\
@@ -97,10 +97,21 @@ fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
     }
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("lrp-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of one test's own, removed when the test ends (passed or not).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("lrp-cli-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 const NODEPORT_REGISTRY: &str = "apiVersion: v1
@@ -163,7 +174,8 @@ async fn render_prints_what_would_be_published_and_the_api_server_accepts_it() {
 #[tokio::test]
 async fn installed_as_kubectl_registry_hosting_it_is_a_kubectl_plugin() {
     let s = Scenario::new("cli-plugin").await;
-    let dir = tempfile_dir().join("plugins");
+    let temp = TempDir::new("plugin");
+    let dir = temp.0.join("plugins");
     std::fs::create_dir_all(&dir).unwrap();
     let plugin = dir.join("kubectl-registry_hosting");
     let _ = std::fs::remove_file(&plugin);
