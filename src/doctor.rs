@@ -106,7 +106,7 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
             .iter()
             .filter(|n| n.regarding.name.as_deref() == Some(registry.id.name.as_str()))
             .filter(|n| n.regarding.namespace.as_deref() == Some(registry.id.namespace.as_str()))
-            .map(|n| n.message.as_str())
+            .map(|n| &*n.message)
             .collect();
         let verdict = if winner.as_ref() == Some(&registry.id) || said.iter().any(|m| m.starts_with("published")) {
             "published".to_string()

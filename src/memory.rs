@@ -1,12 +1,12 @@
 //! Gives freed heap memory back to the system. glibc's allocator keeps what a process freed inside its heap and
 //! returns only the top of it, so after a thousand registries come and go (or a crowded namespace's Services stop
 //! being watched) the process would stay as large as at its peak. `malloc_trim` hands every free page back, and one
-//! arena for all threads keeps freed memory in one heap instead of scattered over one arena per worker thread.
+//! arena for all threads keeps freed memory in one heap instead of scattered over one arena per thread.
 //!
 //! These are the crate's only unsafe calls. Elsewhere than glibc both are no-ops.
 
-/// Makes every thread allocate from the main arena: with the runtime's worker threads each in an arena of its
-/// own, memory freed by one stayed spread over several heaps (`make bench`: 13.7 MiB after a thousand registries
+/// Makes every thread allocate from the main arena: with the runtime's threads (its blocking pool's too) each in an
+/// arena of its own, memory freed by one stayed spread over several heaps (`make bench`: 13.7 MiB after a thousand registries
 /// went, 12.2 MiB with one arena). Call it before starting threads.
 pub fn use_one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

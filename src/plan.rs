@@ -2,6 +2,7 @@
 //! look again. Pure: no I/O, time passed in.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -94,7 +95,8 @@ pub struct Notice {
     pub warning: bool,
     /// Bounded PascalCase label.
     pub reason: &'static str,
-    pub message: String,
+    /// Shared: a thousand ignored registries in one namespace are told the same words.
+    pub message: Arc<str>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -125,9 +127,15 @@ pub fn decide(
     let winner = registries.iter().copied().find(|r| eligible(r));
     let recheck_after = registries.iter().copied().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
 
+    let mut said_to: BTreeMap<&str, Arc<str>> = BTreeMap::new();
     let mut notices: Vec<Notice> = untrusted
         .iter()
-        .map(|r| warning(r, "NamespaceNotAllowed", crate::registry::untrusted_message(&r.id.namespace)))
+        .map(|r| {
+            let namespace = r.id.namespace.as_str();
+            let message =
+                said_to.entry(namespace).or_insert_with(|| crate::registry::untrusted_message(namespace).into());
+            warning(r, "NamespaceNotAllowed", message.clone())
+        })
         .collect();
     for &registry in &registries {
         if let Err(problem) = &registry.document {
@@ -250,12 +258,12 @@ pub fn configmap_reference(settings: &Settings, existing: Option<&Existing>) -> 
     }
 }
 
-fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice { regarding: registry.reference.clone(), warning: true, reason, message }
+fn warning(registry: &Registry, reason: &'static str, message: impl Into<Arc<str>>) -> Notice {
+    Notice { regarding: registry.reference.clone(), warning: true, reason, message: message.into() }
 }
 
-fn normal(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice { regarding: registry.reference.clone(), warning: false, reason, message }
+fn normal(registry: &Registry, reason: &'static str, message: impl Into<Arc<str>>) -> Notice {
+    Notice { regarding: registry.reference.clone(), warning: false, reason, message: message.into() }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::core::PartialObjectMeta;
 use kube::{Client, ResourceExt};
 
+use super::identities::IdentityWatch;
 use super::prune;
 use super::watches::{Signals, WatchKey, WatchSet, WatchState};
 use crate::pull;
@@ -20,8 +20,8 @@ use crate::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE, PullSecr
 pub(super) struct Watches {
     /// Watching every namespace: per trusted namespace holding labelled Services; otherwise per watched namespace.
     labelled_services: WatchSet<Service>,
-    /// Watching every namespace: every labelled Service's metadata, which is all an untrusted one needs.
-    labelled_metadata: WatchSet<PartialObjectMeta<Service>>,
+    /// Watching every namespace: every labelled Service's identity, which is all an untrusted one needs.
+    labelled_identities: IdentityWatch,
     deployments: WatchSet<Deployment>,
     statefulsets: WatchSet<StatefulSet>,
     daemonsets: WatchSet<DaemonSet>,
@@ -56,7 +56,7 @@ impl Watches {
         let (c, n) = (client, signals);
         let mut watches = Watches {
             labelled_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
-            labelled_metadata: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::identity),
+            labelled_identities: IdentityWatch::new(c.clone(), n.clone()),
             deployments: WatchSet::namespaced(c.clone(), n.clone()),
             statefulsets: WatchSet::namespaced(c.clone(), n.clone()),
             daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
@@ -96,9 +96,9 @@ impl Watches {
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
         // Every watched namespace is trusted; watching all, only trusted namespaces' Services and slices are watched
-        // whole, and the rest of the labelled Services as metadata.
+        // whole, and every labelled Service by its identity.
         if settings.all_namespaces() {
-            watches.labelled_metadata.follow(labelled());
+            watches.labelled_identities.follow(labelled().next());
         } else {
             watches.labelled_services.follow(labelled());
             watches.labelled_slices.follow(labelled());
@@ -166,7 +166,7 @@ impl Watches {
     fn all(&self) -> [&dyn WatchState; 18] {
         [
             &self.labelled_services,
-            &self.labelled_metadata,
+            &self.labelled_identities,
             &self.deployments,
             &self.statefulsets,
             &self.daemonsets,
@@ -228,12 +228,9 @@ impl Watches {
             services.sort_by_key(|s| (s.namespace(), s.name_any()));
             services
         };
-        let mut labelled_metadata = self.labelled_metadata.objects();
-        labelled_metadata
-            .sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
         Cluster {
             labelled_services: sorted(self.labelled_services.objects()),
-            labelled_metadata,
+            labelled_identities: self.labelled_identities.identities(),
             workloads,
             workload_namespace_services: sorted(self.namespace_services.objects()),
             builtin_services: sorted(self.builtin_services.objects()),

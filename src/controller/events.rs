@@ -5,6 +5,8 @@
 //! then "published host B") would only bump the first Event's count and users would read the stale note.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
@@ -12,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Duration;
 use tracing::{info, warn};
@@ -32,27 +34,44 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// first, and losing registries are told right after, concurrently. Only the latest notices matter; a condition that
 /// came and went before it was told is not told.
 pub struct EventLog {
-    latest: mpsc::UnboundedSender<Vec<Notice>>,
+    latest: Arc<Latest>,
     task: JoinHandle<()>,
+}
+
+/// One slot: while Events are being posted, a burst of passes leaves only its last notices waiting, and once told
+/// they are not kept.
+#[derive(Default)]
+struct Latest {
+    notices: Mutex<Option<Vec<Notice>>>,
+    wake: Notify,
+    closed: AtomicBool,
+}
+
+impl Latest {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<Notice>>> {
+        // The slot holds plain values, valid whatever a panicking holder was doing.
+        self.notices.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl EventLog {
     pub fn start(client: Client) -> Self {
-        let (latest, receiver) = mpsc::unbounded_channel();
+        let latest = Arc::new(Latest::default());
         let poster = Poster { client, instance: crate::pod::name(), said: HashMap::new() };
-        Self { latest, task: tokio::spawn(poster.run(receiver)) }
+        Self { task: tokio::spawn(poster.run(latest.clone())), latest }
     }
 
     /// What the current pass has to say; replaces what an earlier pass said and was not yet told.
     pub fn record(&self, notices: Vec<Notice>) {
-        // Fails only when the task has ended, with the process.
-        let _ = self.latest.send(notices);
+        *self.latest.slot() = Some(notices);
+        self.latest.wake.notify_one();
     }
 
     /// Posts what is still pending, for a stopping controller.
     pub async fn finish(self) {
         let Self { latest, task } = self;
-        drop(latest);
+        latest.closed.store(true, Ordering::Release);
+        latest.wake.notify_one();
         if tokio::time::timeout(FLUSH_TIMEOUT, task).await.is_err() {
             warn!("stopped before every Event was recorded");
         }
@@ -76,42 +95,38 @@ fn digest(value: impl std::hash::Hash) -> u64 {
     hasher.finish()
 }
 
-/// One Event to create, owned whole: posts run concurrently inside the spawned task.
+/// One Event to create. Posts run concurrently inside the spawned task, a few at a time, and each builds its Event
+/// only when it starts: a thousand losing registries' Events are never all in memory at once.
 struct Post {
     key: Key,
     digest: u64,
     object: String,
-    events: Api<Event>,
-    event: Event,
-}
-
-/// Creates the Event; returns what is now said, or `None` to try again with the next notices.
-async fn post(post: Post) -> Option<(Key, u64)> {
-    match post.events.create(&PostParams::default(), &post.event).await {
-        Ok(_) => Some((post.key, post.digest)),
-        Err(error) => {
-            warn!(service = %post.object, %error, "could not record an Event; will try again");
-            None
-        }
-    }
+    namespace: String,
+    name: String,
+    notices: Arc<Vec<Notice>>,
+    index: usize,
 }
 
 impl Poster {
-    async fn run(mut self, mut latest: mpsc::UnboundedReceiver<Vec<Notice>>) {
-        while let Some(mut notices) = latest.recv().await {
-            // Only the newest pass's notices matter; what they replace is dropped, not kept.
-            while let Ok(newer) = latest.try_recv() {
-                notices = newer;
+    async fn run(mut self, latest: Arc<Latest>) {
+        loop {
+            latest.wake.notified().await;
+            let notices = latest.slot().take();
+            if let Some(notices) = notices {
+                self.tell(Arc::new(notices)).await;
             }
-            self.tell(&notices).await;
+            // Ends when the log is finished and its last notices were told.
+            if latest.closed.load(Ordering::Acquire) && latest.slot().is_none() {
+                break;
+            }
         }
     }
 
     /// Posts each notice that is new or whose message changed, and forgets the ones that went away.
-    async fn tell(&mut self, notices: &[Notice]) {
+    async fn tell(&mut self, notices: Arc<Vec<Notice>>) {
         let mut current = BTreeSet::new();
         let mut posts = Vec::new();
-        for notice in notices {
+        for (index, notice) in notices.iter().enumerate() {
             let reference = &notice.regarding;
             let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
             let name = reference.name.clone().unwrap_or_default();
@@ -127,41 +142,49 @@ impl Poster {
             } else {
                 info!(service = %object, reason = notice.reason, "{}", notice.message);
             }
-            posts.push(Post {
-                event: self.event(notice, &namespace, &name),
-                events: Api::namespaced(self.client.clone(), &namespace),
-                key,
-                digest,
-                object,
-            });
+            posts.push(Post { key, digest, object, namespace, name, notices: notices.clone(), index });
         }
         self.said.retain(|key, _| current.contains(key));
+        let posts = posts.into_iter().map(|p| post(self.client.clone(), &self.instance, p));
         let posted: Vec<Option<(Key, u64)>> =
-            futures::stream::iter(posts).map(post).buffer_unordered(CONCURRENT_POSTS).collect().await;
+            futures::stream::iter(posts).buffer_unordered(CONCURRENT_POSTS).collect().await;
         self.said.extend(posted.into_iter().flatten());
     }
+}
 
-    fn event(&self, notice: &Notice, namespace: &str, name: &str) -> Event {
-        let now = Timestamp::now();
-        let mut note = notice.message.clone();
-        if note.len() > NOTE_LIMIT {
-            let cut = (0..=NOTE_LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
-            note.truncate(cut);
-            note.push_str("...");
+/// Creates the Event; returns what is now said, or `None` to try again with the next notices.
+async fn post(client: Client, instance: &str, post: Post) -> Option<(Key, u64)> {
+    let event = event(instance, &post.notices[post.index], &post.namespace, &post.name);
+    let events: Api<Event> = Api::namespaced(client, &post.namespace);
+    match events.create(&PostParams::default(), &event).await {
+        Ok(_) => Some((post.key, post.digest)),
+        Err(error) => {
+            warn!(service = %post.object, %error, "could not record an Event; will try again");
+            None
         }
-        let mut event = Event {
-            action: Some("Publish".into()),
-            reason: Some(notice.reason.into()),
-            note: Some(note),
-            type_: Some(if notice.warning { "Warning" } else { "Normal" }.into()),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(notice.regarding.clone()),
-            reporting_controller: Some(MANAGER.into()),
-            reporting_instance: Some(self.instance.chars().take(128).collect()),
-            ..Event::default()
-        };
-        event.metadata.namespace = Some(namespace.to_string());
-        event.metadata.name = Some(format!("{name}.{:x}", now.as_nanosecond()));
-        event
     }
+}
+
+fn event(instance: &str, notice: &Notice, namespace: &str, name: &str) -> Event {
+    let now = Timestamp::now();
+    let mut note = notice.message.to_string();
+    if note.len() > NOTE_LIMIT {
+        let cut = (0..=NOTE_LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    let mut event = Event {
+        action: Some("Publish".into()),
+        reason: Some(notice.reason.into()),
+        note: Some(note),
+        type_: Some(if notice.warning { "Warning" } else { "Normal" }.into()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(notice.regarding.clone()),
+        reporting_controller: Some(MANAGER.into()),
+        reporting_instance: Some(instance.chars().take(128).collect()),
+        ..Event::default()
+    };
+    event.metadata.namespace = Some(namespace.to_string());
+    event.metadata.name = Some(format!("{name}.{:x}", now.as_nanosecond()));
+    event
 }

@@ -4,6 +4,7 @@
 mod cluster;
 mod events;
 mod fights;
+mod identities;
 mod prune;
 mod pull;
 mod watches;
@@ -386,7 +387,8 @@ impl Publisher {
                 "another writer keeps undoing what this controller publishes ({other}); writes wait {}s instead of \
                  fighting: run one controller per ConfigMap (a second Helm release, a local run, a script?)",
                 hold.as_secs()
-            ),
+            )
+            .into(),
         }
     }
 
@@ -405,7 +407,8 @@ impl Publisher {
                 error.metric_label(),
                 self.target(),
                 error.refusal()
-            ),
+            )
+            .into(),
         }
     }
 

@@ -5,7 +5,6 @@
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Service, ServiceSpec, ServiceStatus};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::api::ObjectMeta;
-use kube::core::PartialObjectMeta;
 
 /// The metadata nothing here reads: field managers, owners, finalizers, and annotations other than ours (such as
 /// kubectl's last-applied-configuration, a whole copy of the object).
@@ -37,19 +36,6 @@ pub(super) fn service(service: &mut Service) {
     if let Some(status) = service.status.take() {
         service.status = Some(ServiceStatus { load_balancer: status.load_balancer, ..ServiceStatus::default() });
     }
-}
-
-/// Which Service it is and when it was made: all an ignored registry is told by.
-pub(super) fn identity(object: &mut PartialObjectMeta<Service>) {
-    let meta = std::mem::take(&mut object.metadata);
-    object.types = None;
-    object.metadata = ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        creation_timestamp: meta.creation_timestamp,
-        ..ObjectMeta::default()
-    };
 }
 
 /// Each endpoint's readiness and node; the labels naming its Service.
@@ -111,20 +97,6 @@ mod tests {
                 "ports": [{"name": "registry", "port": 5000, "nodePort": 30500}]})
         );
         assert_eq!(kept["status"], json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}));
-
-        let mut meta: PartialObjectMeta<Service> = serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "hijack", "namespace": "tenant", "uid": "u", "resourceVersion": "9",
-                "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"local-registry-publisher.io/registry": "true"},
-                "annotations": {"local-registry-publisher.io/priority": "1000"}, "managedFields": [{"manager": "x"}]}
-        }))
-        .unwrap();
-        identity(&mut meta);
-        assert_eq!(
-            serde_json::to_value(&meta).unwrap(),
-            json!({"metadata": {"name": "hijack", "namespace": "tenant", "uid": "u",
-                "creationTimestamp": "2026-01-01T00:00:00Z"}})
-        );
 
         let mut slice: EndpointSlice = serde_json::from_value(json!({
             "metadata": {"name": "zot-1", "namespace": "reg", "labels": {"kubernetes.io/service-name": "zot"}},

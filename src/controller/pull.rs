@@ -38,7 +38,7 @@ impl PullWriter {
                     regarding: regarding.clone(),
                     warning: true,
                     reason: "PullSecretFailed",
-                    message: format!("could not {operation} {}: {}", error.target(), error.refusal()),
+                    message: format!("could not {operation} {}: {}", error.target(), error.refusal()).into(),
                 });
             }
             first_error.get_or_insert(error);

@@ -133,7 +133,7 @@ impl Signals {
     }
 
     /// A watch stored a change (or finished listing).
-    fn store_changed(&self) {
+    pub(super) fn store_changed(&self) {
         self.pending().get_or_insert_with(Instant::now);
         self.changed.notify_one();
         self.stored.notify_waiters();
@@ -328,11 +328,14 @@ async fn watch<K>(
                 debug!(watch = %name, %error, "watch failed; retrying with backoff");
                 outcome.found(Some(refusal(&error)));
             }
-            Err(error) => {
-                signals.health.set_api_reachable(false);
-                signals.metrics.watch_restarted(K::kind(&()).as_ref());
-                warn!(watch = %name, %error, "watch failed; retrying with backoff");
-            }
+            Err(error) => watch_failed(signals, K::kind(&()).as_ref(), name, &error),
         }
     }
+}
+
+/// A watch of `kind` failed: the API server may be out of reach. The watcher retries with backoff.
+pub(super) fn watch_failed(signals: &Signals, kind: &str, name: &str, error: &watcher::Error) {
+    signals.health.set_api_reachable(false);
+    signals.metrics.watch_restarted(kind);
+    warn!(watch = %name, %error, "watch failed; retrying with backoff");
 }

@@ -288,7 +288,7 @@ fn remove_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
 }
 
 fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice { regarding: registry.reference.clone(), warning: true, reason, message }
+    Notice { regarding: registry.reference.clone(), warning: true, reason, message: message.into() }
 }
 
 #[cfg(test)]

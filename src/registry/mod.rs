@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
-use kube::core::{PartialObjectMeta, Resource};
+use kube::core::Resource;
 
 use crate::hosting::LocalRegistryHostingV1;
 use crate::settings::Settings;
@@ -30,9 +30,9 @@ pub struct Cluster {
     /// Services matching the registry selector, whole. Watching every namespace, only those in trusted namespaces
     /// (see [`Interest::labelled_service_namespaces`]).
     pub labelled_services: Vec<Arc<Service>>,
-    /// Watching every namespace: every Service matching the registry selector, as metadata only. A tenant's
-    /// registries are only told they are ignored, which needs no more.
-    pub labelled_metadata: Vec<Arc<PartialObjectMeta<Service>>>,
+    /// Watching every namespace: which Services match the registry selector, everywhere. A tenant's registries are
+    /// only told they are ignored, which needs no more.
+    pub labelled_identities: Vec<Arc<Identity>>,
     /// Deployments, StatefulSets and DaemonSets matching the registry selector.
     pub workloads: Vec<Workload>,
     /// Every Service in a namespace that holds a labelled workload.
@@ -47,6 +47,32 @@ pub struct Cluster {
     pub nodes: Vec<Arc<Node>>,
     /// Namespaces a cluster admin labelled as allowed to name the cluster's registry.
     pub allowed_namespaces: BTreeSet<String>,
+}
+
+/// Which Service it is, and when it was made: all an ignored registry is told by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub id: ServiceId,
+    pub uid: Option<String>,
+    pub created: Option<Time>,
+}
+
+impl Identity {
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self { id: meta_id(meta), uid: meta.uid.clone(), created: meta.creation_timestamp.clone() }
+    }
+
+    /// Its reference for Events: without the version that happened to be current.
+    pub fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(Service::api_version(&()).into()),
+            kind: Some(Service::kind(&()).into()),
+            namespace: Some(self.id.namespace.clone()),
+            name: Some(self.id.name.clone()),
+            uid: self.uid.clone(),
+            ..ObjectReference::default()
+        }
+    }
 }
 
 /// A labelled workload, reduced to what matching needs.
@@ -163,9 +189,9 @@ pub struct Candidates<'a> {
     cluster: &'a Cluster,
     /// Each Service, why it is a registry, and whether its namespace may name the cluster's registry.
     found: Vec<(&'a Service, Source, bool)>,
-    /// Labelled Services in untrusted namespaces, seen as metadata only.
-    ignored: Vec<&'a ObjectMeta>,
-    /// Trusted namespaces that hold labelled Services, seen as metadata.
+    /// Labelled Services in untrusted namespaces, seen by their identity only.
+    ignored: Vec<&'a Identity>,
+    /// Trusted namespaces that hold labelled Services, seen by their identities.
     labelled_namespaces: BTreeSet<String>,
 }
 
@@ -199,15 +225,15 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
             }
         }
     }
-    // Seen as metadata only: a trusted namespace's labelled Services are watched whole (and found above once they
+    // Seen by identity only: a trusted namespace's labelled Services are watched whole (and found above once they
     // are); the others are told they are ignored, unless found whole another way.
     let found_whole: BTreeSet<ServiceId> = candidates.found.iter().map(|(s, _, _)| service_id(s)).collect();
-    for meta in cluster.labelled_metadata.iter().map(|m| &m.metadata) {
-        let id = meta_id(meta);
-        if trusted(&id.namespace, &Source::Labelled, cluster, settings) {
-            candidates.labelled_namespaces.insert(id.namespace);
-        } else if !found_whole.contains(&id) {
-            candidates.ignored.push(meta);
+    for identity in &cluster.labelled_identities {
+        let namespace = &identity.id.namespace;
+        if trusted(namespace, &Source::Labelled, cluster, settings) {
+            candidates.labelled_namespaces.insert(namespace.clone());
+        } else if !found_whole.contains(&identity.id) {
+            candidates.ignored.push(identity);
         }
     }
     candidates
@@ -221,10 +247,10 @@ impl Candidates<'_> {
             if *trusted {
                 Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
             } else {
-                values::ignored(&service.metadata, source.clone())
+                values::ignored(&Identity::of(&service.metadata), source.clone())
             }
         });
-        let ignored = self.ignored.iter().map(|meta| values::ignored(meta, Source::Labelled));
+        let ignored = self.ignored.iter().map(|identity| values::ignored(identity, Source::Labelled));
         let mut registries: Vec<Registry> = whole.chain(ignored).collect();
         registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
         registries
@@ -320,18 +346,6 @@ fn pod_selector(service: &Service) -> Option<&PodSelector> {
     service.spec.as_ref()?.selector.as_ref().filter(|s| !s.is_empty())
 }
 
-/// The Service's reference for Events: without the version that happened to be current.
-fn object_reference(meta: &ObjectMeta) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(Service::api_version(&()).into()),
-        kind: Some(Service::kind(&()).into()),
-        namespace: meta.namespace.clone(),
-        name: meta.name.clone(),
-        uid: meta.uid.clone(),
-        ..ObjectReference::default()
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod fixtures;
 
@@ -366,19 +380,14 @@ mod tests {
     }
 
     #[test]
-    fn labelled_metadata_tells_untrusted_registries_and_names_trusted_namespaces() {
+    fn labelled_identities_tell_untrusted_registries_and_name_trusted_namespaces() {
         let mut cluster = Cluster::default();
-        let meta = |namespace: &str, name: &str| {
-            let meta = ObjectMeta {
-                namespace: Some(namespace.into()),
-                name: Some(name.into()),
-                uid: Some(format!("uid-{name}")),
-                ..ObjectMeta::default()
-            };
-            Arc::new(kube::core::PartialObjectMetaExt::into_response_partial::<Service>(meta))
+        let identity = |namespace: &str, name: &str| {
+            let id = ServiceId { namespace: namespace.into(), name: name.into() };
+            Arc::new(Identity { id, uid: Some(format!("uid-{name}")), created: None })
         };
-        cluster.labelled_metadata = vec![meta("reg", "zot"), meta("reg", "listing"), meta("tenant", "hijack")];
-        cluster.labelled_metadata.push(meta("tenant", "builds"));
+        cluster.labelled_identities = ["zot", "listing"].map(|name| identity("reg", name)).to_vec();
+        cluster.labelled_identities.extend(["hijack", "builds"].map(|name| identity("tenant", name)));
         cluster.labelled_services.push(service("reg", "zot").port(None, 5000, Some(30500)).type_("NodePort").build());
         // Also a labelled workload's Service: found whole, and told once.
         cluster.workloads.push(workload("tenant", "builder", &[("app", "builder")]));

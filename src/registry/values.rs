@@ -1,11 +1,10 @@
 //! The values one registry Service publishes: its port, readiness, and the four document fields.
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{Cluster, Problem, Registry, ServiceId, Source, meta_id, object_reference, service_id};
+use super::{Cluster, Identity, Problem, Registry, ServiceId, Source, service_id};
 use crate::hosting::address::Host;
 use crate::hosting::{InvalidValue, LocalRegistryHostingV1};
 use crate::settings::{NodeAddress, Settings};
@@ -40,7 +39,7 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
         ready: ready(service, &id, cluster),
         priority,
         created: service.metadata.creation_timestamp.clone(),
-        reference: object_reference(&service.metadata),
+        reference: Identity::of(&service.metadata).reference(),
         id,
         source,
         document,
@@ -52,15 +51,14 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
 
 /// An untrusted registry: only told why it is ignored, so nothing is derived (its annotations count for nothing, and
 /// nothing about its endpoints is watched).
-pub(super) fn ignored(meta: &ObjectMeta, source: Source) -> Registry {
-    let id = meta_id(meta);
-    let problem = Problem { reason: "NamespaceNotAllowed", message: super::untrusted_message(&id.namespace) };
+pub(super) fn ignored(identity: &Identity, source: Source) -> Registry {
+    let problem = Problem { reason: "NamespaceNotAllowed", message: super::untrusted_message(&identity.id.namespace) };
     Registry {
         ready: false,
         priority: 0,
-        created: meta.creation_timestamp.clone(),
-        reference: object_reference(meta),
-        id,
+        created: identity.created.clone(),
+        reference: identity.reference(),
+        id: identity.id.clone(),
         source,
         document: Err(problem),
         trusted: false,
