@@ -6,8 +6,8 @@
 //! These are the crate's only unsafe calls. Elsewhere than glibc both are no-ops.
 
 /// Makes every thread allocate from the main arena: with the runtime's threads (its blocking pool's too) each in an
-/// arena of its own, memory freed by one stayed spread over several heaps (`make bench`: 13.7 MiB after a thousand registries
-/// went, 12.2 MiB with one arena). Call it before starting threads.
+/// arena of its own, memory freed by one stayed spread over several heaps (`make bench`: 13.7 MiB after a thousand
+/// registries went, 12.2 MiB with one arena). Call it before starting threads.
 pub fn use_one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]

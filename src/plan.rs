@@ -229,7 +229,6 @@ pub fn released_configmap(settings: &Settings) -> ConfigMap {
     configmap
 }
 
-/// The published ConfigMap as an Event's subject, for what concerns no registry.
 /// The registry readers see once `action` is carried out: the one written, or for no write the one whose document
 /// the ConfigMap (ours) holds.
 pub fn published_registry<'a>(
@@ -247,6 +246,7 @@ pub fn published_registry<'a>(
     }
 }
 
+/// The published ConfigMap as an Event's subject, for what concerns no registry.
 pub fn configmap_reference(settings: &Settings, existing: Option<&Existing>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),

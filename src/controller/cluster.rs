@@ -56,7 +56,11 @@ impl Watches {
         let (c, n) = (client, signals);
         let mut watches = Watches {
             labelled_services: WatchSet::namespaced(c.clone(), n.clone()).pruned(prune::service),
-            labelled_identities: IdentityWatch::new(c.clone(), n.clone()),
+            labelled_identities: IdentityWatch::new(
+                c.clone(),
+                n.clone(),
+                settings.all_namespaces().then(|| WatchKey::default().labels(&settings.registry_selector)),
+            ),
             deployments: WatchSet::namespaced(c.clone(), n.clone()),
             statefulsets: WatchSet::namespaced(c.clone(), n.clone()),
             daemonsets: WatchSet::namespaced(c.clone(), n.clone()),
@@ -96,10 +100,8 @@ impl Watches {
         watches.statefulsets.follow(labelled());
         watches.daemonsets.follow(labelled());
         // Every watched namespace is trusted; watching all, only trusted namespaces' Services and slices are watched
-        // whole, and every labelled Service by its identity.
-        if settings.all_namespaces() {
-            watches.labelled_identities.follow(labelled().next());
-        } else {
+        // whole (see `follow`), and every labelled Service by its identity.
+        if !settings.all_namespaces() {
             watches.labelled_services.follow(labelled());
             watches.labelled_slices.follow(labelled());
         }

@@ -23,9 +23,7 @@ type Map = BTreeMap<ServiceId, Arc<Identity>>;
 
 /// At most one watch: every namespace, by the registry selector.
 pub struct IdentityWatch {
-    client: Client,
-    signals: Signals,
-    running: Option<(WatchKey, Running)>,
+    running: Option<Running>,
 }
 
 struct Running {
@@ -41,49 +39,39 @@ impl Drop for Running {
 }
 
 impl IdentityWatch {
-    pub fn new(client: Client, signals: Signals) -> Self {
-        Self { client, signals, running: None }
-    }
-
-    /// Runs the watch `key` describes, or none.
-    pub fn follow(&mut self, key: Option<WatchKey>) {
-        if self.running.as_ref().map(|(running, _)| running) == key.as_ref() {
-            return;
-        }
-        self.running = key.map(|key| {
-            let running = self.start(&key);
-            (key, running)
-        });
+    /// Runs the watch `key` describes, for as long as the controller runs; `None` runs none.
+    pub fn new(client: Client, signals: Signals, key: Option<WatchKey>) -> Self {
+        Self { running: key.map(|key| start(client, signals, &key)) }
     }
 
     /// Every identity, in namespace and name order.
     pub fn identities(&self) -> Vec<Arc<Identity>> {
-        let Some((_, running)) = &self.running else { return Vec::new() };
+        let Some(running) = &self.running else { return Vec::new() };
         lock(&running.identities).values().cloned().collect()
     }
+}
 
-    fn start(&self, key: &WatchKey) -> Running {
-        let api: Api<PartialObjectMeta<Service>> = match &key.namespace {
-            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
-            None => Api::all(self.client.clone()),
-        };
-        let config = watcher::Config { label_selector: key.labels.clone(), ..watcher::Config::default() };
-        let identities: Arc<Mutex<Map>> = Arc::default();
-        let synced = Arc::new(AtomicBool::new(false));
-        let name = format!("Service metadata {key}");
-        debug!(watch = %name, "starting watch");
-        let task = tokio::spawn(watch(api, config, identities.clone(), synced.clone(), self.signals.clone(), name));
-        Running { identities, synced, task }
-    }
+fn start(client: Client, signals: Signals, key: &WatchKey) -> Running {
+    let api: Api<PartialObjectMeta<Service>> = match &key.namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    };
+    let config = watcher::Config { label_selector: key.labels.clone(), ..watcher::Config::default() };
+    let identities: Arc<Mutex<Map>> = Arc::default();
+    let synced = Arc::new(AtomicBool::new(false));
+    let name = format!("Service metadata {key}");
+    debug!(watch = %name, "starting watch");
+    let task = tokio::spawn(watch(api, config, identities.clone(), synced.clone(), signals, name));
+    Running { identities, synced, task }
 }
 
 impl WatchState for IdentityWatch {
     fn synced(&self) -> bool {
-        self.running.as_ref().is_none_or(|(_, r)| r.synced.load(Ordering::Acquire))
+        self.running.as_ref().is_none_or(|r| r.synced.load(Ordering::Acquire))
     }
 
     fn alive(&self) -> bool {
-        self.running.as_ref().is_none_or(|(_, r)| !r.task.is_finished())
+        self.running.as_ref().is_none_or(|r| !r.task.is_finished())
     }
 
     fn count(&self) -> usize {

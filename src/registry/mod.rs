@@ -227,12 +227,11 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
     }
     // Seen by identity only: a trusted namespace's labelled Services are watched whole (and found above once they
     // are); the others are told they are ignored, unless found whole another way.
-    let found_whole: BTreeSet<ServiceId> = candidates.found.iter().map(|(s, _, _)| service_id(s)).collect();
     for identity in &cluster.labelled_identities {
         let namespace = &identity.id.namespace;
         if trusted(namespace, &Source::Labelled, cluster, settings) {
             candidates.labelled_namespaces.insert(namespace.clone());
-        } else if !found_whole.contains(&identity.id) {
+        } else if !seen.contains(&identity.id) {
             candidates.ignored.push(identity);
         }
     }
