@@ -47,6 +47,8 @@ pub(super) struct Watches {
     /// With --pull-secrets: the chosen ServiceAccounts, each by name, where our Secret is or should be.
     pull_accounts: WatchSet<ServiceAccount>,
     pull: Option<PullSecrets>,
+    /// Wakes the reconcile loop.
+    changed: Arc<tokio::sync::Notify>,
     /// Watching every namespace: the registry selector, for the watches run per trusted namespace.
     trusted_selector: Option<String>,
 }
@@ -79,6 +81,7 @@ impl Watches {
             pull_secrets: WatchSet::namespaced(c.clone(), n.clone()),
             pull_accounts: WatchSet::namespaced(c.clone(), n.clone()),
             pull: settings.pull_secrets.clone(),
+            changed: signals.changed.clone(),
             trusted_selector: settings.all_namespaces().then(|| settings.registry_selector.clone()),
         };
         if let Some(pull) = &settings.pull_secrets {
@@ -122,6 +125,7 @@ impl Watches {
     /// is complete. Registries share watches (one per namespace and kind), so a thousand registries in a namespace
     /// cost no more connections than one.
     pub(super) fn follow(&mut self, interest: &Interest) -> bool {
+        let running = self.count();
         self.namespace_services.follow(interest.service_namespaces.iter().map(|ns| WatchKey::in_namespace(Some(ns))));
         self.pods.follow(shared_pod_watches(&interest.pod_selectors));
         self.endpoint_slices.follow(shared_slice_watches(&interest.endpoint_services));
@@ -146,6 +150,12 @@ impl Watches {
                 pull.service_accounts.iter().map(move |name| WatchKey::in_namespace(Some(ns)).named(name))
             });
             self.pull_accounts.follow(keys.collect::<Vec<_>>());
+        }
+        if self.count() < running {
+            // A snapshot taken before still holds what the stopped watches stored (the Delete that made a watch
+            // unneeded may arrive only on that watch): not complete, so look again at once.
+            self.changed.notify_one();
+            return false;
         }
         self.synced()
     }
