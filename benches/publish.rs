@@ -56,7 +56,7 @@ impl Contender {
         let mut args = vec![
             format!("--kubeconfig={}", plane.kubeconfig().display()),
             format!("--configmap-namespace={configmap_namespace}"),
-            format!("--registry-namespaces={configmap_namespace}"),
+            format!("--allowed-namespaces={configmap_namespace}"),
             "--log-format=json".into(),
             "--log-level=info".into(),
         ];

@@ -12,7 +12,7 @@ use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{Args, Command, LogFormat, OperationArgs};
-use crate::controller::{Context, Publisher};
+use crate::controller::{Context, Controller};
 use crate::health::Health;
 use crate::http;
 use crate::leader::{Elector, LeaseSettings};
@@ -35,7 +35,7 @@ pub enum Error {
 pub async fn run(args: Args) -> ExitCode {
     init_logging(&args);
     let settings = args.publish.settings();
-    match &args.effective_command() {
+    match &args.command {
         Some(Command::Withdraw { stop_deployment }) => {
             return match client(&args).await {
                 Ok(client) => withdraw(client, &settings, stop_deployment.as_deref()).await,
@@ -50,15 +50,15 @@ pub async fn run(args: Args) -> ExitCode {
             return crate::cli::render_pull_secret(servers, username.as_deref(), name, namespace.as_deref());
         }
         Some(Command::Probe { address }) => {
-            let result = crate::probe::probe(address).await;
+            let result = crate::cli::probe::probe(address).await;
             println!("{address}: {}", result.summary);
             return if result.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }
         Some(Command::Doctor { from_cluster, image, probe_namespace }) => {
             let from = from_cluster
-                .then(|| crate::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
+                .then(|| crate::cli::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
             return match client(&args).await {
-                Ok(client) => crate::doctor::doctor(client, &settings, from).await,
+                Ok(client) => crate::cli::doctor::doctor(client, &settings, from).await,
                 Err(error) => unreachable_cluster(&error),
             };
         }
@@ -108,13 +108,13 @@ pub async fn run(args: Args) -> ExitCode {
     } else {
         (None, None)
     };
-    let publisher = Publisher::new(client, settings, Context::new(metrics, health, leading));
+    let controller = Controller::new(client, settings, Context::new(metrics, health, leading));
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
         let _ = stop.send(true);
     });
-    publisher.run(stopped()).await;
+    controller.run(stopped()).await;
     if let Some(elector) = elector
         && tokio::time::timeout(SHUTDOWN_GRACE, elector).await.is_err()
     {

@@ -4,10 +4,14 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use kube::core::{Expression, Selector};
 
-use crate::hosting;
+use crate::hosting::Field;
+pub use crate::settings::NodeAddress;
 use crate::settings::Settings;
-pub use crate::settings::{DEFAULT_SELECTOR, NodeAddress};
+
+/// The default registry selector, as the flag shows it.
+pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
 
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -20,7 +24,7 @@ pub use crate::settings::{DEFAULT_SELECTOR, NodeAddress};
         ConfigMap that Tilt, Skaffold, ctlptl and in-cluster builders read follows it: ports, Service type,\n\
         load-balancer address, readiness and deletion.\n\n\
         A registry counts only in a namespace allowed to name the cluster's registry: one a cluster admin labelled\n\
-        local-registry-publisher.io/registries=allowed, one named by --registry-namespaces or --watch-namespaces,\n\
+        local-registry-publisher.io/registries=allowed, one named by --allowed-namespaces or --watch-namespaces,\n\
         or the built-in addons' own."
 )]
 pub struct Args {
@@ -41,14 +45,6 @@ pub struct Args {
     /// Kubeconfig context to use instead of the current one.
     #[arg(long, global = true, env = "LRP_CONTEXT")]
     pub context: Option<String>,
-
-    /// The `withdraw` command as a flag, as charts before 0.2 run it.
-    #[arg(long, env = "LRP_WITHDRAW", hide = true)]
-    pub withdraw: bool,
-
-    /// With the hidden --withdraw: as `withdraw --stop-deployment`.
-    #[arg(long, env = "LRP_STOP_DEPLOYMENT", value_name = "NAME", requires = "withdraw", hide = true, value_parser = parse_dns_subdomain)]
-    pub stop_deployment: Option<String>,
 
     /// Log format.
     #[arg(long, global = true, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -138,7 +134,7 @@ pub struct PublishArgs {
     /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
     /// registry Service selects.
     #[arg(long, global = true, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
-    pub registry_selector: String,
+    pub registry_selector: Selector,
 
     /// Do not recognise minikube's registry addon (kube-system/registry) or MicroK8s's
     /// (container-registry/registry) unless they carry the selector's label.
@@ -150,11 +146,11 @@ pub struct PublishArgs {
     #[arg(long, global = true, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub watch_namespaces: Vec<String>,
 
-    /// Namespaces trusted to name the cluster's registry, comma-separated, besides those a cluster admin labelled
+    /// Namespaces allowed to name the cluster's registry, comma-separated, besides those a cluster admin labelled
     /// local-registry-publisher.io/registries=allowed. A registry Service anywhere else is ignored with a Warning
     /// Event, because anyone who may create a Service there could otherwise redirect every push in the cluster.
-    #[arg(long, global = true, env = "LRP_REGISTRY_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
-    pub registry_namespaces: Vec<String>,
+    #[arg(long, alias = "registry-namespaces", global = true, env = "LRP_ALLOWED_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    pub allowed_namespaces: Vec<String>,
 
     /// Namespace of the published ConfigMap.
     #[arg(long, global = true, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
@@ -191,8 +187,8 @@ pub struct PublishArgs {
     /// Distribute the published registry's pull credentials: when its Service names a Secret in its namespace with
     /// the local-registry-publisher.io/pull-secret annotation, write a kubernetes.io/dockerconfigjson Secret with an
     /// entry per published address into every namespace a cluster admin labelled
-    /// local-registry-publisher.io/pull-secret=wanted (never kube-public). Off by default: without it no Secret is
-    /// read or written. See docs/pull-secrets.md.
+    /// local-registry-publisher.io/pull-secret-wanted=true (never kube-public). Off by default: without it no Secret
+    /// is read or written. See docs/pull-secrets.md.
     #[arg(long, global = true, env = "LRP_PULL_SECRETS")]
     pub pull_secrets: bool,
 
@@ -248,17 +244,6 @@ pub enum LogFormat {
     Json,
 }
 
-impl Args {
-    /// The command to run; `None` runs the controller. The hidden `--withdraw` flag of older charts is the
-    /// `withdraw` command.
-    pub fn effective_command(&self) -> Option<Command> {
-        if self.withdraw {
-            return Some(Command::Withdraw { stop_deployment: self.stop_deployment.clone() });
-        }
-        self.command.clone()
-    }
-}
-
 impl PublishArgs {
     /// The core's settings from the (already validated) flags.
     pub fn settings(&self) -> Settings {
@@ -266,7 +251,7 @@ impl PublishArgs {
             registry_selector: self.registry_selector.clone(),
             builtin_registries: !self.no_builtin_registries,
             watch_namespaces: self.watch_namespaces.clone(),
-            registry_namespaces: self.registry_namespaces.clone(),
+            allowed_namespaces: self.allowed_namespaces.clone(),
             configmap_namespace: self.configmap_namespace.clone(),
             configmap_name: self.configmap_name.clone(),
             cluster_domain: self.cluster_domain.clone(),
@@ -295,8 +280,7 @@ fn parse_lease_duration(value: &str) -> Result<Duration, String> {
 }
 
 fn parse_help_url(value: &str) -> Result<String, String> {
-    let probe = hosting::LocalRegistryHostingV1::help_only(value.to_string());
-    probe.validate().map(|()| value.to_string()).map_err(|e| e.reason)
+    Field::Help.check(value).map(|()| value.to_string())
 }
 
 fn parse_node_address(value: &str) -> Result<NodeAddress, String> {
@@ -347,38 +331,15 @@ fn is_dns_name(name: &str) -> bool {
     name.split('.').all(is_dns_label)
 }
 
-/// Checks label-selector syntax as the API server would, so a typo exits at start instead of failing every watch.
-fn parse_label_selector(value: &str) -> Result<String, String> {
+/// Reads a label selector as the API server would, so a typo exits at start instead of failing every watch.
+fn parse_label_selector(value: &str) -> Result<Selector, String> {
     if value.trim().is_empty() {
         return Err("must not be empty: it would select every Service".into());
     }
-    for requirement in split_requirements(value) {
-        check_requirement(requirement.trim()).map_err(|e| format!("{requirement:?}: {e}"))?;
-    }
-    Ok(value.to_string())
-}
-
-/// Whether `labels` satisfy a label selector that `--registry-selector` accepted, as the API server evaluates it
-/// (for `render`, which has no API server).
-pub fn selector_matches(selector: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
-    split_requirements(selector).into_iter().map(str::trim).all(|requirement| {
-        if let Some(key) = requirement.strip_prefix('!') {
-            return !labels.contains_key(key.trim());
-        }
-        for (operator, equal) in [("!=", false), ("==", true), ("=", true)] {
-            if let Some((key, value)) = requirement.split_once(operator) {
-                return (labels.get(key.trim()).map(String::as_str) == Some(value.trim())) == equal;
-            }
-        }
-        for (operator, member) in [(" notin ", false), (" in ", true)] {
-            if let Some((key, values)) = requirement.split_once(operator) {
-                let set = values.trim().trim_start_matches('(').trim_end_matches(')');
-                let found = labels.get(key.trim()).is_some_and(|v| set.split(',').any(|s| s.trim() == v));
-                return found == member;
-            }
-        }
-        labels.contains_key(requirement)
-    })
+    split_requirements(value)
+        .into_iter()
+        .map(|requirement| expression(requirement.trim()).map_err(|e| format!("{requirement:?}: {e}")))
+        .collect()
 }
 
 /// Splits on commas outside parentheses: `a in (x,y),b` is two requirements.
@@ -399,28 +360,38 @@ fn split_requirements(value: &str) -> Vec<&str> {
     parts
 }
 
-fn check_requirement(requirement: &str) -> Result<(), String> {
+/// One requirement: `!key`, `key!=value`, `key==value`, `key=value`, `key notin (a,b)`, `key in (a,b)` or `key`.
+fn expression(requirement: &str) -> Result<Expression, String> {
     if let Some(key) = requirement.strip_prefix('!') {
-        return check_label_key(key.trim());
+        return Ok(Expression::DoesNotExist(label_key(key.trim())?));
     }
     for operator in ["!=", "==", "="] {
         if let Some((key, value)) = requirement.split_once(operator) {
-            check_label_key(key.trim())?;
-            return check_label_value(value.trim());
+            let (key, value) = (label_key(key.trim())?, label_value(value.trim())?);
+            return Ok(if operator == "!=" { Expression::NotEqual(key, value) } else { Expression::Equal(key, value) });
         }
     }
     for operator in [" notin ", " in "] {
         if let Some((key, values)) = requirement.split_once(operator) {
-            check_label_key(key.trim())?;
+            let key = label_key(key.trim())?;
             let inner = values
                 .trim()
                 .strip_prefix('(')
                 .and_then(|v| v.strip_suffix(')'))
                 .ok_or("a set needs parentheses, like in (a,b)")?;
-            return inner.split(',').try_for_each(|v| check_label_value(v.trim()));
+            let values = inner.split(',').map(|v| label_value(v.trim())).collect::<Result<_, _>>()?;
+            return Ok(if operator == " in " { Expression::In(key, values) } else { Expression::NotIn(key, values) });
         }
     }
-    check_label_key(requirement)
+    Ok(Expression::Exists(label_key(requirement)?))
+}
+
+fn label_key(key: &str) -> Result<String, String> {
+    check_label_key(key).map(|()| key.to_string())
+}
+
+fn label_value(value: &str) -> Result<String, String> {
+    check_label_value(value).map(|()| value.to_string())
 }
 
 fn check_label_key(key: &str) -> Result<(), String> {
@@ -463,7 +434,7 @@ mod tests {
         let settings = parse(&[]).unwrap().publish.settings();
         assert_eq!(settings, Settings::default());
         assert_eq!(settings.target(), "kube-public/local-registry-hosting");
-        assert_eq!(settings.registry_selector, DEFAULT_SELECTOR);
+        assert_eq!(settings.registry_selector.to_string(), DEFAULT_SELECTOR);
         assert_eq!(settings.grace_period, Duration::from_secs(15));
         assert!(settings.all_namespaces() && !settings.take_over && settings.builtin_registries);
     }
@@ -529,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn withdraw_is_a_command_and_the_old_flag_still_works() {
+    fn withdraw_is_a_command_with_the_hooks_flags() {
         // Exactly what the chart's uninstall hook runs.
         let hook = ["withdraw", "--stop-deployment=lrp", "--configmap-namespace=kube-public"];
         let args =
@@ -538,9 +509,15 @@ mod tests {
         assert_eq!(args.publish.configmap_namespace, "kube-public");
         let command = parse(&["withdraw", "--stop-deployment=lrp"]).unwrap().command;
         assert!(matches!(command, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
-        let old = parse(&["--withdraw", "--stop-deployment=lrp"]).unwrap().effective_command();
-        assert!(matches!(old, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
-        assert_eq!(parse(&["--stop-deployment=lrp"]).unwrap_err().exit_code(), 2, "needs --withdraw");
+        assert_eq!(parse(&["--stop-deployment=lrp"]).unwrap_err().exit_code(), 2, "only the command takes it");
+    }
+
+    #[test]
+    fn allowed_namespaces_has_one_name_and_keeps_the_old_spelling() {
+        for flag in ["--allowed-namespaces=registry,tools", "--registry-namespaces=registry,tools"] {
+            let settings = parse(&[flag]).unwrap().publish.settings();
+            assert_eq!(settings.allowed_namespaces, ["registry", "tools"], "{flag}");
+        }
     }
 
     #[test]
@@ -563,9 +540,11 @@ mod tests {
     }
 
     #[test]
-    fn label_selectors_match_as_the_api_server_evaluates_them() {
+    fn label_selectors_are_read_into_expressions_that_match_as_the_api_server_evaluates_them() {
+        use kube::core::SelectorExt;
         let labels: std::collections::BTreeMap<String, String> =
             [("app", "zot"), ("tier", "infra")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+        let selector_matches = |text: &str, labels| parse_label_selector(text).expect(text).matches(labels);
         for (selector, expected) in [
             ("app=zot", true),
             ("app==zot,tier=infra", true),
@@ -579,5 +558,8 @@ mod tests {
         ] {
             assert_eq!(selector_matches(selector, &labels), expected, "{selector}");
         }
+        let parsed = parse_label_selector("app.kubernetes.io/name in (registry,zot),tier!=test,!legacy").unwrap();
+        assert_eq!(parsed.to_string(), "app.kubernetes.io/name in (registry,zot),tier!=test,!legacy");
+        assert_eq!(parse_label_selector(DEFAULT_SELECTOR), Ok(crate::settings::default_selector()));
     }
 }

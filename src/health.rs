@@ -1,24 +1,55 @@
-//! What the probes report: written by the watches, the reconcile loop and the leader elector, read by
-//! [`crate::http`]. Kept apart from the web server so the loop does not depend on it.
+//! What the probes report: written by every task, the API probe and the leader elector, read by [`crate::http`].
+//! Kept apart from the web server so the tasks do not depend on it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The reconcile loop beats at least this often; twice this without a beat means it is stuck.
+/// Every task beats at least this often; twelve times this without a beat means it is stuck.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Writes the API server refused in a row before /readyz says so: one may be a conflict that the retry fixes.
 pub const FAILED_WRITES_NOT_READY: u32 = 3;
 
-/// What the probes report, written by the watches and the reconcile loop.
-#[derive(Debug)]
-pub struct Health {
+/// The controller's tasks, each with its own watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    Publisher,
+    PullSecrets,
+}
+
+impl Task {
+    const ALL: [Task; 2] = [Task::Publisher, Task::PullSecrets];
+
+    fn index(self) -> usize {
+        match self {
+            Task::Publisher => 0,
+            Task::PullSecrets => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Task::Publisher => "publisher",
+            Task::PullSecrets => "pull-secrets",
+        }
+    }
+}
+
+/// One task's state.
+#[derive(Debug, Default)]
+struct TaskHealth {
+    running: AtomicBool,
     synced: AtomicBool,
-    api_reachable: AtomicBool,
     watches_alive: AtomicBool,
     /// Milliseconds from `started` to the last beat.
     heartbeat: AtomicU64,
+}
+
+#[derive(Debug)]
+pub struct Health {
+    tasks: [TaskHealth; Task::ALL.len()],
+    api_reachable: AtomicBool,
     started: Instant,
     failed_writes: AtomicU32,
     lease_overdue: AtomicBool,
@@ -26,17 +57,13 @@ pub struct Health {
 
 impl Default for Health {
     fn default() -> Self {
-        let health = Self {
-            synced: AtomicBool::new(false),
+        Self {
+            tasks: Default::default(),
             api_reachable: AtomicBool::new(false),
-            watches_alive: AtomicBool::new(true),
-            heartbeat: AtomicU64::new(0),
             started: Instant::now(),
             failed_writes: AtomicU32::new(0),
             lease_overdue: AtomicBool::new(false),
-        };
-        health.beat();
-        health
+        }
     }
 }
 
@@ -45,12 +72,27 @@ impl Health {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub fn beat(&self) {
-        self.heartbeat.store(self.millis_since_start(), Ordering::Release);
+    fn task(&self, task: Task) -> &TaskHealth {
+        &self.tasks[task.index()]
     }
 
-    pub fn set_synced(&self, synced: bool) {
-        self.synced.store(synced, Ordering::Release);
+    /// A task starts: from now on the probes answer for it too.
+    pub fn start(&self, task: Task) {
+        let state = self.task(task);
+        state.watches_alive.store(true, Ordering::Release);
+        state.heartbeat.store(self.millis_since_start(), Ordering::Release);
+        state.running.store(true, Ordering::Release);
+    }
+
+    /// The task's loop is alive, and whether its watch tasks are.
+    pub fn beat(&self, task: Task, watches_alive: bool) {
+        let state = self.task(task);
+        state.heartbeat.store(self.millis_since_start(), Ordering::Release);
+        state.watches_alive.store(watches_alive, Ordering::Release);
+    }
+
+    pub fn set_synced(&self, task: Task, synced: bool) {
+        self.task(task).synced.store(synced, Ordering::Release);
     }
 
     pub fn set_api_reachable(&self, reachable: bool) {
@@ -72,37 +114,84 @@ impl Health {
         self.lease_overdue.store(overdue, Ordering::Release);
     }
 
-    pub fn set_watches_alive(&self, alive: bool) {
-        self.watches_alive.store(alive, Ordering::Release);
+    fn running(&self) -> impl Iterator<Item = (Task, &TaskHealth)> {
+        Task::ALL.into_iter().map(|t| (t, self.task(t))).filter(|(_, s)| s.running.load(Ordering::Acquire))
     }
 
-    /// Liveness: the reconcile loop beats and no watch task has died.
-    pub fn live(&self) -> Result<(), &'static str> {
-        let age = self.millis_since_start().saturating_sub(self.heartbeat.load(Ordering::Acquire));
-        if Duration::from_millis(age) > 12 * HEARTBEAT {
-            return Err("the reconcile loop has not run for a minute");
-        }
-        if !self.watches_alive.load(Ordering::Acquire) {
-            return Err("a watch task has stopped");
+    /// Liveness: every task's loop beats and none of its watch tasks has died.
+    pub fn live(&self) -> Result<(), String> {
+        let now = self.millis_since_start();
+        for (task, state) in self.running() {
+            let age = now.saturating_sub(state.heartbeat.load(Ordering::Acquire));
+            if Duration::from_millis(age) > 12 * HEARTBEAT {
+                return Err(format!("the {} loop has not run for a minute", task.name()));
+            }
+            if !state.watches_alive.load(Ordering::Acquire) {
+                return Err(format!("a watch task of the {} has stopped", task.name()));
+            }
         }
         if self.lease_overdue.load(Ordering::Acquire) {
-            return Err("the leader Lease could not be renewed by the renew deadline; this replica stopped writing");
+            return Err(
+                "the leader Lease could not be renewed by the renew deadline; this replica stopped writing".into()
+            );
         }
         Ok(())
     }
 
-    /// Readiness: live, caches synced, and the API server answering.
-    pub fn ready(&self) -> Result<(), &'static str> {
+    /// Readiness: live, every task's caches synced, and the API server answering.
+    pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         if !self.api_reachable.load(Ordering::Acquire) {
-            return Err("the API server is not reachable");
+            return Err("the API server is not reachable".into());
         }
-        if !self.synced.load(Ordering::Acquire) {
-            return Err("the watch caches are not synced yet");
+        if self.running().next().is_none() {
+            return Err("no task has started yet".into());
+        }
+        if let Some((task, _)) = self.running().find(|(_, s)| !s.synced.load(Ordering::Acquire)) {
+            return Err(format!("the {}'s watch caches are not synced yet", task.name()));
         }
         if self.failed_writes() >= FAILED_WRITES_NOT_READY {
-            return Err("the API server refuses every write of the ConfigMap (see the PublishFailed Events)");
+            return Err("the API server refuses every write of the ConfigMap (see the PublishFailed Events)".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_every_started_task_has_synced_and_the_api_answers() {
+        let health = Health::default();
+        health.set_api_reachable(true);
+        assert!(health.ready().is_err_and(|why| why.contains("no task")));
+        health.start(Task::Publisher);
+        assert!(health.ready().is_err_and(|why| why.contains("publisher")));
+        health.set_synced(Task::Publisher, true);
+        assert_eq!(health.ready(), Ok(()), "a task not started does not count");
+        health.start(Task::PullSecrets);
+        assert!(health.ready().is_err_and(|why| why.contains("pull-secrets")));
+        health.set_synced(Task::PullSecrets, true);
+        assert_eq!(health.ready(), Ok(()));
+        health.set_api_reachable(false);
+        assert!(health.ready().is_err_and(|why| why.contains("API server")));
+        health.set_api_reachable(true);
+        health.set_failed_writes(FAILED_WRITES_NOT_READY - 1);
+        assert_eq!(health.ready(), Ok(()), "two refusals may be a conflict the retry fixes");
+        health.set_failed_writes(FAILED_WRITES_NOT_READY);
+        assert!(health.ready().is_err_and(|why| why.contains("refuses")));
+    }
+
+    #[test]
+    fn a_dead_watch_or_an_overdue_lease_fails_liveness() {
+        let health = Health::default();
+        health.start(Task::PullSecrets);
+        assert_eq!(health.live(), Ok(()));
+        health.beat(Task::PullSecrets, false);
+        assert!(health.live().is_err_and(|why| why.contains("pull-secrets")));
+        health.beat(Task::PullSecrets, true);
+        health.set_lease_overdue(true);
+        assert!(health.live().is_err_and(|why| why.contains("Lease")));
     }
 }

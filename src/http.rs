@@ -7,18 +7,18 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::Registry as MetricsRegistry;
 
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::metrics_auth::{Decision, MetricsAuth};
+use crate::metrics_auth::{Access, MetricsAuth};
 
 /// Serves until `shutdown` completes. With `auth`, /metrics answers only callers it allows; the probes stay open
 /// because kubelet calls them without credentials.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     health: Arc<Health>,
-    registry: Registry,
+    registry: MetricsRegistry,
     auth: Option<Arc<MetricsAuth>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -33,11 +33,11 @@ pub async fn serve(
                 if let Some(auth) = &auth {
                     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
                     match auth.decide(authorization).await {
-                        Decision::Allowed => {}
-                        Decision::Unauthenticated(why) => {
+                        Access::Allowed => {}
+                        Access::Unauthenticated(why) => {
                             return (StatusCode::UNAUTHORIZED, format!("{why}\n")).into_response();
                         }
-                        Decision::Forbidden(why) => return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response(),
+                        Access::Forbidden(why) => return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response(),
                     }
                 }
                 let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -47,7 +47,7 @@ pub async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
-fn probe(result: Result<(), &'static str>) -> impl IntoResponse {
+fn probe(result: Result<(), String>) -> impl IntoResponse {
     match result {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),

@@ -1,21 +1,25 @@
 //! local-registry-publisher keeps `kube-public/local-registry-hosting` (KEP-1755) true to the registry that runs in
 //! the cluster, so Tilt, Skaffold, ctlptl and in-cluster builders find it with no configuration.
 //!
-//! - [`settings`]: what the pure core is told, a plain value.
-//! - [`hosting`]: the `localRegistryHosting.v1` document and the rules its values must pass.
-//! - [`registry`]: which Services are registries and what each would publish (pure).
-//! - [`plan`]: what to write, given the registries and what is published (pure).
-//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them (pure).
-//! - [`controller`]: watches, the reconcile loop, Events, every ConfigMap write, the uninstall hook's `withdraw`.
+//! The pure core (no I/O; given objects and settings, it decides):
+//! - [`keys`]: the project's name and every label and annotation key it reads or writes;
+//! - [`settings`]: what the core is told, a plain value; [`watching`]: how it says what it wants watched;
+//! - [`hosting`]: the `localRegistryHosting.v1` document, its fields and rules, and the ConfigMap that carries it;
+//! - [`registry`]: which Services are registries, what each would publish, and what the publisher watches;
+//! - [`publish`]: the publisher's whole decision, in one call;
+//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them.
+//!
+//! Around it:
+//! - [`controller`]: one task per concern (the publisher, pull credentials), each with its own watches, retries,
+//!   Events and metrics, and `withdraw` for the uninstall hook;
 //! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
-//!   endpoints; [`metrics`]; [`metrics_auth`]: Kubernetes authentication and authorization in front of /metrics.
-//! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace; [`memory`]: freed heap back
-//!   to the system.
-//! - [`config`]: flags; [`app`]: wiring for the binary.
-//! - [`cli`]: `get` and `render` for registry users; [`readers`]: what each known reader makes of a document.
+//!   endpoints; [`metrics`]; [`metrics_auth`]: authentication and authorization in front of /metrics;
+//! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace; [`memory`]: freed heap back to
+//!   the system;
+//! - [`config`]: flags; [`app`]: wiring for the binary; [`cli`]: `get`, `doctor` and `render` for registry users.
 //!
 //! One monotonic clock, tokio's `Instant`, times everything; wall time appears only in the timestamps /metrics
-//! reports. docs/architecture.md maps the modules and the watches.
+//! reports. docs/architecture.md maps the modules, the tasks and their watches.
 // Two calls into the C library (memory::use_one_arena, memory::release_free_heap) are the only unsafe code, allowed
 // there alone.
 #![deny(unsafe_code)]
@@ -25,18 +29,17 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod controller;
-pub mod doctor;
 pub mod health;
 pub mod hosting;
 pub mod http;
+pub mod keys;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_auth;
-pub mod plan;
 pub mod pod;
-pub mod probe;
+pub mod publish;
 pub mod pull;
-pub mod readers;
 pub mod registry;
 pub mod settings;
+pub mod watching;

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     memory::use_one_arena();
     let args = Args::parse();
     let invoked_as = std::env::args().next().unwrap_or_default();
-    if args.effective_command().is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
+    if args.command.is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
         // As a plugin it only reads: running the controller needs an explicit binary.
         eprintln!("usage: kubectl registry-hosting get [-o text|json|yaml] | render -f FILE   (see --help)");
         return ExitCode::from(2);

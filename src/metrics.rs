@@ -9,10 +9,10 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
 
 use crate::hosting::LocalRegistryHostingV1;
-use crate::plan::MANAGER;
+use crate::keys::MANAGER;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
@@ -37,7 +37,7 @@ struct PublishedLabels {
     host_from_container_runtime: String,
     host_from_cluster_network: String,
     help: String,
-    source: String,
+    registry: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,7 +66,7 @@ pub struct Metrics {
     last_publish: Gauge<f64, AtomicU64>,
     leader: Family<NameLabels, Gauge>,
     watch_restarts: Family<ResourceLabels, Counter>,
-    watches: Gauge,
+    watches: Family<ControllerLabels, Gauge>,
     writes: Family<OperationLabels, Counter>,
     pull_writes: Family<OperationLabels, Counter>,
     pull_refusals: Family<OperationLabels, Counter>,
@@ -88,7 +88,7 @@ impl Default for Metrics {
             last_publish: Gauge::default(),
             leader: Family::default(),
             watch_restarts: Family::default(),
-            watches: Gauge::default(),
+            watches: Family::default(),
             writes: Family::default(),
             pull_writes: Family::default(),
             pull_refusals: Family::default(),
@@ -99,8 +99,8 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A registry holding these metrics and the process collector.
-    pub fn registry(&self) -> Registry {
-        let mut registry = Registry::default();
+    pub fn registry(&self) -> MetricsRegistry {
+        let mut registry = MetricsRegistry::default();
         registry.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller and result",
@@ -146,7 +146,7 @@ impl Metrics {
         );
         registry.register(
             "local_registry_publisher_watches",
-            "Watches running; registries share them, so this does not grow with the number of registries",
+            "Watches running per controller; registries share them, so this does not grow with the number of registries",
             self.watches.clone(),
         );
         registry.register(
@@ -174,7 +174,7 @@ impl Metrics {
     }
 
     /// Encodes every metric in the Prometheus text format.
-    pub fn encode(registry: &Registry) -> String {
+    pub fn encode(registry: &MetricsRegistry) -> String {
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
             text.clear();
@@ -182,21 +182,23 @@ impl Metrics {
         text
     }
 
-    pub fn reconciled(&self, result: &'static str, took: Duration) {
-        self.reconciles.get_or_create(&ResultLabels { controller: MANAGER, result }).inc();
-        self.reconcile_time.get_or_create(&ControllerLabels { controller: MANAGER }).observe(took.as_secs_f64());
+    /// A pass of `controller` ended, well or not.
+    pub fn reconciled(&self, controller: &'static str, success: bool, took: Duration) {
+        let result = if success { "success" } else { "error" };
+        self.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
+        self.reconcile_time.get_or_create(&ControllerLabels { controller }).observe(took.as_secs_f64());
     }
 
     pub fn reacted(&self, took: Duration) {
         self.reaction_time.observe(took.as_secs_f64());
     }
 
-    pub fn reconcile_failed(&self, reason: &'static str) {
-        self.errors.get_or_create(&ErrorLabels { controller: MANAGER, reason }).inc();
+    pub fn reconcile_failed(&self, controller: &'static str, reason: &'static str) {
+        self.errors.get_or_create(&ErrorLabels { controller, reason }).inc();
     }
 
-    /// Records what readers now see; `None` when the ConfigMap is gone.
-    pub fn published(&self, document: Option<&LocalRegistryHostingV1>, source: Option<String>) {
+    /// Records what readers now see of ours, and the registry it describes; `None` when we publish nothing.
+    pub fn published(&self, document: Option<&LocalRegistryHostingV1>, registry: Option<String>) {
         self.published.clear();
         if let Some(document) = document {
             let field = |value: &Option<String>| value.clone().unwrap_or_default();
@@ -205,7 +207,7 @@ impl Metrics {
                 host_from_container_runtime: field(&document.host_from_container_runtime),
                 host_from_cluster_network: field(&document.host_from_cluster_network),
                 help: field(&document.help),
-                source: source.unwrap_or_default(),
+                registry: registry.unwrap_or_default(),
             };
             self.published.get_or_create(&labels).set(1);
         }
@@ -231,8 +233,8 @@ impl Metrics {
         self.leader.get_or_create(&NameLabels { name: MANAGER }).set(i64::from(leader));
     }
 
-    pub fn watching(&self, watches: usize) {
-        self.watches.set(i64::try_from(watches).unwrap_or(i64::MAX));
+    pub fn watching(&self, controller: &'static str, watches: usize) {
+        self.watches.get_or_create(&ControllerLabels { controller }).set(i64::try_from(watches).unwrap_or(i64::MAX));
     }
 
     pub fn watch_restarted(&self, resource: &str) {

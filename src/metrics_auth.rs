@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 const REMEMBER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, PartialEq, Eq, Clone)]
-pub enum Decision {
+pub enum Access {
     Allowed,
     /// No token, or one Kubernetes does not accept: 401.
     Unauthenticated(String),
@@ -31,7 +31,7 @@ pub enum Decision {
 pub struct MetricsAuth {
     client: Client,
     hasher: std::collections::hash_map::RandomState,
-    answers: Mutex<HashMap<u64, (Decision, Instant)>>,
+    answers: Mutex<HashMap<u64, (Access, Instant)>>,
 }
 
 impl MetricsAuth {
@@ -40,11 +40,11 @@ impl MetricsAuth {
     }
 
     /// Decides for the request's `Authorization` header.
-    pub async fn decide(&self, authorization: Option<&str>) -> Decision {
+    pub async fn decide(&self, authorization: Option<&str>) -> Access {
         let Some(token) =
             authorization.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty())
         else {
-            return Decision::Unauthenticated("a bearer token is required".into());
+            return Access::Unauthenticated("a bearer token is required".into());
         };
         // Only a keyed hash of the token is kept, never the token.
         let mut hasher = self.hasher.build_hasher();
@@ -65,7 +65,7 @@ impl MetricsAuth {
         decision
     }
 
-    async fn review(&self, token: &str) -> Decision {
+    async fn review(&self, token: &str) -> Access {
         let review = TokenReview {
             spec: TokenReviewSpec { token: token.to_string(), ..TokenReviewSpec::default() },
             ..TokenReview::default()
@@ -73,11 +73,11 @@ impl MetricsAuth {
         let reviewed = match Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await
         {
             Ok(reviewed) => reviewed,
-            Err(error) => return Decision::Unauthenticated(format!("the token could not be reviewed: {error}")),
+            Err(error) => return Access::Unauthenticated(format!("the token could not be reviewed: {error}")),
         };
         let status = reviewed.status.unwrap_or_default();
         let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
-            return Decision::Unauthenticated("the token is not valid".into());
+            return Access::Unauthenticated("the token is not valid".into());
         };
         let access = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -95,9 +95,9 @@ impl MetricsAuth {
         };
         let username = user.username.unwrap_or_default();
         match Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &access).await {
-            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => Decision::Allowed,
-            Ok(_) => Decision::Forbidden(format!("{username} may not get /metrics")),
-            Err(error) => Decision::Forbidden(format!("access could not be reviewed: {error}")),
+            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => Access::Allowed,
+            Ok(_) => Access::Forbidden(format!("{username} may not get /metrics")),
+            Err(error) => Access::Forbidden(format!("access could not be reviewed: {error}")),
         }
     }
 }

@@ -11,7 +11,7 @@ pub fn name() -> String {
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|name| name.trim().to_string())
         .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| crate::plan::MANAGER.into())
+        .unwrap_or_else(|| crate::keys::MANAGER.into())
 }
 
 /// POD_NAMESPACE, else the in-cluster service account's namespace, else `default`.

@@ -4,20 +4,24 @@
 
 use std::time::Duration;
 
-pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
-/// The namespace label that lets a namespace name the cluster's registry. Setting labels on a namespace is a
-/// cluster-admin right: the built-in `admin` and `edit` roles do not grant it.
-pub const ALLOWED_NAMESPACE_LABEL: &str = "local-registry-publisher.io/registries";
-pub const ALLOWED_NAMESPACE_VALUE: &str = "allowed";
+use kube::core::Selector;
+
+use crate::keys;
+
+/// The default registry selector, `local-registry-publisher.io/registry=true`.
+pub fn default_selector() -> Selector {
+    crate::watching::equal(keys::registry::LABEL, keys::registry::LABEL_VALUE)
+}
 
 /// See the flags of the same names (`local-registry-publisher --help`) for what each means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    pub registry_selector: String,
+    pub registry_selector: Selector,
     pub builtin_registries: bool,
     /// Empty: every namespace.
     pub watch_namespaces: Vec<String>,
-    pub registry_namespaces: Vec<String>,
+    /// Namespaces allowed to name the cluster's registry, besides those a cluster admin labelled.
+    pub allowed_namespaces: Vec<String>,
     pub configmap_namespace: String,
     pub configmap_name: String,
     pub cluster_domain: String,
@@ -56,10 +60,10 @@ pub enum NodeAddress {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            registry_selector: DEFAULT_SELECTOR.into(),
+            registry_selector: default_selector(),
             builtin_registries: true,
             watch_namespaces: Vec::new(),
-            registry_namespaces: Vec::new(),
+            allowed_namespaces: Vec::new(),
             configmap_namespace: "kube-public".into(),
             configmap_name: "local-registry-hosting".into(),
             cluster_domain: "cluster.local".into(),

@@ -441,18 +441,12 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     assert!(reader_public.get("local-registry-hosting").await.is_ok(), "in-cluster readers can get it");
     forbidden(reader_public.get("not-there").await.map(|_: ConfigMap| ()), "reading other ConfigMaps in kube-public");
 
-    // The uninstall hook's `withdraw`, as the same identity: our ConfigMap goes, a foreign one stays. Charts before
-    // the subcommand ran the hidden --withdraw flag, which still works (the foreign case below uses it).
+    // The uninstall hook's `withdraw`, as the same identity: our ConfigMap goes, a foreign one stays.
     drop(survivor);
     let withdraw = |extra: &[&str]| {
         let mut command = std::process::Command::new(support::binary::BINARY);
         command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("withdraw").args(extra);
         command.output().expect("run withdraw")
-    };
-    let old_flag = || {
-        let mut command = std::process::Command::new(support::binary::BINARY);
-        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("--withdraw");
-        command.output().expect("run --withdraw")
     };
     let output = withdraw(&[]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -461,7 +455,7 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}}))
     .unwrap();
     public.create(&PostParams::default(), &foreign).await.expect("a foreign ConfigMap");
-    let output = old_flag();
+    let output = withdraw(&[]);
     assert!(output.status.success() && String::from_utf8_lossy(&output.stderr).contains("another tool wrote it"));
     assert!(
         public.get_opt("local-registry-hosting").await.unwrap().is_some(),

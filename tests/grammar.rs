@@ -98,7 +98,7 @@ proptest! {
         match document.validate() {
             Ok(()) => prop_assert_eq!(readers_accept(&value), Ok(())),
             Err(invalid) => {
-                prop_assert_eq!(invalid.field, "host");
+                prop_assert_eq!(invalid.field, local_registry_publisher::hosting::Field::Host);
                 prop_assert!(!invalid.reason.trim().is_empty(), "{value:?} was rejected without a rule");
             }
         }

@@ -34,7 +34,7 @@ fn replica(scenario: &Scenario) -> Controller {
 }
 
 const LEADER: &str = "leader_election_master_status{name=\"local-registry-publisher\"}";
-const WATCHES: &str = "local_registry_publisher_watches";
+const WATCHES: &str = "local_registry_publisher_watches{controller=\"publisher\"}";
 const APPLIES: &str = "local_registry_publisher_configmap_writes_total{operation=\"apply\"}";
 
 fn registry_on_port(port: u16) -> serde_json::Value {
@@ -115,8 +115,7 @@ async fn probes_and_metrics_report_what_happens() {
     assert!(ready.is_some(), "/readyz turns ok; logs:\n{}", controller.logs());
     assert_eq!(controller.get("/healthz").map(|(code, _)| code), Some(200));
 
-    const SUCCESSES: &str =
-        "controller_runtime_reconcile_total{controller=\"local-registry-publisher\",result=\"success\"}";
+    const SUCCESSES: &str = "controller_runtime_reconcile_total{controller=\"publisher\",result=\"success\"}";
     let before = controller.metric(SUCCESSES).unwrap_or(0.0);
     s.apply(registry_on_port(5000)).await;
     wait_port(&s, 5000).await;
@@ -157,10 +156,10 @@ async fn probes_and_metrics_report_what_happens() {
         info.labels.get("host_from_cluster_network"),
         Some(format!("zot.{}.svc.cluster.local:5000", s.ns).as_str())
     );
-    assert_eq!(info.labels.get("source"), Some(format!("{}/zot", s.ns).as_str()));
+    assert_eq!(info.labels.get("registry"), Some(format!("{}/zot", s.ns).as_str()));
     assert_eq!(value("leader_election_master_status"), 1.0, "a single replica without election leads");
 
-    // One JSON info line per published change, with old and new values and the source Service.
+    // One JSON info line per published change, with old and new values and the registry Service.
     let published_lines = || -> Vec<serde_json::Value> {
         let logs = controller.logs();
         let lines = logs.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok());
@@ -170,7 +169,7 @@ async fn probes_and_metrics_report_what_happens() {
     let published = logged.unwrap_or_default();
     assert_eq!(published.len(), 1, "{}", controller.logs());
     assert_eq!(published[0]["fields"]["old"], "(none)");
-    assert_eq!(published[0]["fields"]["source"], format!("{}/zot", s.ns));
+    assert_eq!(published[0]["fields"]["registry"], format!("{}/zot", s.ns));
     assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains("hostFromClusterNetwork=zot.")));
 
     // A withdrawal counts as a delete.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::api::Api;
 use local_registry_publisher::hosting::DATA_KEY;
-use local_registry_publisher::plan::{MANAGED_BY_LABEL, MANAGER};
+use local_registry_publisher::keys::{MANAGED_BY, MANAGER};
 use serde_json::json;
 use support::*;
 
@@ -45,7 +45,7 @@ async fn a_labelled_service_or_a_service_selecting_a_labelled_workload_is_the_re
 #[tokio::test]
 async fn the_registry_selector_is_configurable() {
     let mut s = Scenario::new("selector").await;
-    s.settings.registry_selector = "example.dev/role=registry".into();
+    s.settings.registry_selector = local_registry_publisher::watching::equal("example.dev/role", "registry");
     let _run = s.start();
     s.apply(selectorless("ignored", "ClusterIP", json!({}))).await;
     s.apply(service("chosen", json!({"example.dev/role": "registry"}), json!({}), json!({"ports": [{"port": 5000}]})))
@@ -236,7 +236,7 @@ async fn the_published_configmap_has_one_key_of_quoted_block_yaml_in_reader_orde
             cluster_host(&s, "zot", 5000)
         )
     );
-    assert_eq!(configmap.metadata.labels.unwrap().get(MANAGED_BY_LABEL).map(String::as_str), Some(MANAGER));
+    assert_eq!(configmap.metadata.labels.unwrap().get(MANAGED_BY).map(String::as_str), Some(MANAGER));
     let managers: Vec<String> =
         configmap.metadata.managed_fields.unwrap().into_iter().filter_map(|f| f.manager).collect();
     assert_eq!(managers, [MANAGER], "one stable field manager, server-side apply");
@@ -339,7 +339,7 @@ async fn a_foreign_configmap_stays_untouched_without_take_over() {
     let published = s.wait_published("the take-over", |d| d.as_ref().is_some_and(|d| d.host.is_none())).await.unwrap();
     assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5000)));
     let labels = s.configmap().await.unwrap().metadata.labels.unwrap_or_default();
-    assert_eq!(labels.get(MANAGED_BY_LABEL).map(String::as_str), Some(MANAGER));
+    assert_eq!(labels.get(MANAGED_BY).map(String::as_str), Some(MANAGER));
 }
 
 // 7. No needless writes.

@@ -21,7 +21,7 @@ use support::{
 };
 use testbed::ControlPlane;
 
-const LABEL: &str = "local-registry-publisher.io/pull-secret=wanted";
+const LABEL: &str = "local-registry-publisher.io/pull-secret-wanted=true";
 
 fn kubectl(args: &[&str]) -> String {
     ok(support::tool(ControlPlane::shared(), "kubectl", args))
@@ -154,7 +154,7 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
     let untouched = pull_secret_names(&client, &unwanted, "default").await;
     assert!(untouched.is_empty(), "{untouched:?}");
     let report = doctor(&scenario, &name, "default,builder");
-    assert!(report.contains(&format!("names the source Secret {}/creds", scenario.ns)), "{report}");
+    assert!(report.contains(&format!("names the credentials Secret {}/creds", scenario.ns)), "{report}");
     let holding = report.lines().find(|l| l.contains("holding the controller's Secret")).unwrap_or_default();
     assert!(holding.contains(&wanted) && !holding.contains(&unwanted), "{report}");
 
@@ -189,7 +189,7 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
     .await;
 
     // Opt-out of the namespace: our Secret and our entries go; theirs stays.
-    kubectl(&["label", "namespace", &wanted, "local-registry-publisher.io/pull-secret-"]);
+    kubectl(&["label", "namespace", &wanted, "local-registry-publisher.io/pull-secret-wanted-"]);
     wait_config(&client, &wanted, &name, "removed when unlabelled", Option::is_none).await;
     wait_account(&client, &wanted, "default", &name, &[]).await;
     wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
@@ -202,7 +202,7 @@ async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exa
     wait_account(&client, &wanted, "default", &name, &[]).await;
     wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
     let marks = Api::<ServiceAccount>::namespaced(client.clone(), &wanted).get("default").await.unwrap();
-    let mark = marks.metadata.annotations.unwrap_or_default().remove("local-registry-publisher.io/added-pull-secret");
+    let mark = marks.metadata.annotations.unwrap_or_default().remove("local-registry-publisher.io/added-pull-secrets");
     assert!(!mark.unwrap_or_default().split(',').any(|n| n == name), "our mark is gone, others' stay");
 
     // And when the registry itself goes.
@@ -257,7 +257,7 @@ async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_pub
     // kube-public, readable by everyone, gets no credentials even when labelled.
     kubectl(&["label", "namespace", "kube-public", LABEL]);
     let note = scenario.wait_event("registry", "PullSecretRefused").await;
-    kubectl(&["label", "namespace", "kube-public", "local-registry-publisher.io/pull-secret-"]);
+    kubectl(&["label", "namespace", "kube-public", "local-registry-publisher.io/pull-secret-wanted-"]);
     assert!(note.contains("kube-public"), "{note}");
     assert_eq!(docker_config(&client, "kube-public", &name).await, None, "nothing written to kube-public");
     let secret = Api::<Secret>::namespaced(client.clone(), &taken).get(&name).await.unwrap();

@@ -439,7 +439,7 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     let ns = plane.namespace(&client, "pullauth").await.expect("namespace");
     let app = plane.namespace(&client, "pullauth-app").await.expect("namespace");
     let plain = plane.namespace(&client, "pullauth-plain").await.expect("namespace");
-    ok(tool("kubectl", &["label", "namespace", &app, "local-registry-publisher.io/pull-secret=wanted"]));
+    ok(tool("kubectl", &["label", "namespace", &app, "local-registry-publisher.io/pull-secret-wanted=true"]));
 
     // The registry's owner: a token in a Secret, a registry that accepts only it, and a Service naming both.
     let source = |token: &str| {

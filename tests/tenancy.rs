@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use local_registry_publisher::settings::{ALLOWED_NAMESPACE_LABEL, ALLOWED_NAMESPACE_VALUE};
+use local_registry_publisher::keys::namespace::{ALLOWED, ALLOWED_VALUE};
 use serde_json::json;
 use support::*;
 use testbed::ControlPlane;
@@ -31,7 +31,7 @@ async fn tenant(s: &Scenario, ns: &str) -> kube::Client {
 }
 
 fn allow() -> serde_json::Value {
-    json!({"metadata": {"labels": {ALLOWED_NAMESPACE_LABEL: ALLOWED_NAMESPACE_VALUE}}})
+    json!({"metadata": {"labels": {ALLOWED: ALLOWED_VALUE}}})
 }
 
 #[tokio::test]

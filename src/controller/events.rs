@@ -1,5 +1,6 @@
-//! Turns the decision's notices into `events.k8s.io/v1` Events, once each: a notice is published when it first
-//! appears or its message changes, and forgotten when it goes away, so a condition that comes back is told again.
+//! Turns a concern's notices into `events.k8s.io/v1` Events, once each: a notice is posted when it first appears or
+//! its message changes, and forgotten when it goes away, so a condition that comes back is told again. Each concern
+//! has its own log, since each pass hands over everything that concern has to say.
 //!
 //! kube's `Recorder` is not used: it keys Events without their note, so a changed message ("published host A",
 //! then "published host B") would only bump the first Event's count and users would read the stale note.
@@ -19,7 +20,48 @@ use tokio::task::JoinHandle;
 use tokio::time::Duration;
 use tracing::{info, warn};
 
-use crate::plan::{MANAGER, Notice};
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::keys::MANAGER;
+
+/// What an Event is made of; every concern's notice type says it.
+pub trait Tell: Send + Sync + 'static {
+    fn regarding(&self) -> &ObjectReference;
+    /// A bounded PascalCase label.
+    fn reason(&self) -> &'static str;
+    fn warning(&self) -> bool;
+    fn message(&self) -> &str;
+}
+
+impl Tell for crate::publish::Notice {
+    fn regarding(&self) -> &ObjectReference {
+        &self.regarding
+    }
+    fn reason(&self) -> &'static str {
+        self.reason.as_str()
+    }
+    fn warning(&self) -> bool {
+        self.reason.warning()
+    }
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl Tell for crate::pull::Notice {
+    fn regarding(&self) -> &ObjectReference {
+        &self.regarding
+    }
+    fn reason(&self) -> &'static str {
+        self.reason.as_str()
+    }
+    fn warning(&self) -> bool {
+        true
+    }
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
 
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;
@@ -33,36 +75,37 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Hands each pass's notices to a background task, so a pass never waits for its Events: a change is published
 /// first, and losing registries are told right after, concurrently. Only the latest notices matter; a condition that
 /// came and went before it was told is not told.
-pub struct EventLog {
-    latest: Arc<Latest>,
+pub struct EventLog<N> {
+    latest: Arc<Latest<N>>,
     task: JoinHandle<()>,
 }
 
 /// One slot: while Events are being posted, a burst of passes leaves only its last notices waiting, and once told
 /// they are not kept.
-#[derive(Default)]
-struct Latest {
-    notices: Mutex<Option<Vec<Notice>>>,
+struct Latest<N> {
+    notices: Mutex<Option<Vec<N>>>,
     wake: Notify,
     closed: AtomicBool,
 }
 
-impl Latest {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<Notice>>> {
+impl<N> Latest<N> {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<N>>> {
         // The slot holds plain values, valid whatever a panicking holder was doing.
         self.notices.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl EventLog {
-    pub fn start(client: Client) -> Self {
-        let latest = Arc::new(Latest::default());
-        let poster = Poster { client, instance: crate::pod::name(), said: HashMap::new() };
+impl<N: Tell> EventLog<N> {
+    /// `action` names what the concern does, in each Event's `action` field.
+    pub fn start(client: Client, action: &'static str) -> Self {
+        let latest =
+            Arc::new(Latest { notices: Mutex::new(None), wake: Notify::new(), closed: AtomicBool::new(false) });
+        let poster = Poster { client, action, instance: crate::pod::name(), said: HashMap::new() };
         Self { task: tokio::spawn(poster.run(latest.clone())), latest }
     }
 
     /// What the current pass has to say; replaces what an earlier pass said and was not yet told.
-    pub fn record(&self, notices: Vec<Notice>) {
+    pub fn record(&self, notices: Vec<N>) {
         *self.latest.slot() = Some(notices);
         self.latest.wake.notify_one();
     }
@@ -80,6 +123,7 @@ impl EventLog {
 
 struct Poster {
     client: Client,
+    action: &'static str,
     instance: String,
     said: HashMap<Key, u64>,
 }
@@ -97,18 +141,18 @@ fn digest(value: impl std::hash::Hash) -> u64 {
 
 /// One Event to create. Posts run concurrently inside the spawned task, a few at a time, and each builds its Event
 /// only when it starts: a thousand losing registries' Events are never all in memory at once.
-struct Post {
+struct Post<N> {
     key: Key,
     digest: u64,
     object: String,
     namespace: String,
     name: String,
-    notices: Arc<Vec<Notice>>,
+    notices: Arc<Vec<N>>,
     index: usize,
 }
 
 impl Poster {
-    async fn run(mut self, latest: Arc<Latest>) {
+    async fn run<N: Tell>(mut self, latest: Arc<Latest<N>>) {
         loop {
             latest.wake.notified().await;
             let notices = latest.slot().take();
@@ -123,29 +167,29 @@ impl Poster {
     }
 
     /// Posts each notice that is new or whose message changed, and forgets the ones that went away.
-    async fn tell(&mut self, notices: Arc<Vec<Notice>>) {
+    async fn tell<N: Tell>(&mut self, notices: Arc<Vec<N>>) {
         let mut current = BTreeSet::new();
         let mut posts = Vec::new();
         for (index, notice) in notices.iter().enumerate() {
-            let reference = &notice.regarding;
+            let reference = notice.regarding();
             let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
             let name = reference.name.clone().unwrap_or_default();
             let object = format!("{namespace}/{name}");
-            let key = digest((&object, reference.uid.as_deref(), notice.reason));
+            let key = digest((&object, reference.uid.as_deref(), notice.reason()));
             current.insert(key);
-            let digest = digest(&notice.message);
+            let digest = digest(notice.message());
             if self.said.get(&key) == Some(&digest) {
                 continue;
             }
-            if notice.warning {
-                warn!(service = %object, reason = notice.reason, "{}", notice.message);
+            if notice.warning() {
+                warn!(object = %object, reason = notice.reason(), "{}", notice.message());
             } else {
-                info!(service = %object, reason = notice.reason, "{}", notice.message);
+                info!(object = %object, reason = notice.reason(), "{}", notice.message());
             }
             posts.push(Post { key, digest, object, namespace, name, notices: notices.clone(), index });
         }
         self.said.retain(|key, _| current.contains(key));
-        let posts = posts.into_iter().map(|p| post(self.client.clone(), &self.instance, p));
+        let posts = posts.into_iter().map(|p| post(self.client.clone(), self.action, &self.instance, p));
         let posted: Vec<Option<(Key, u64)>> =
             futures::stream::iter(posts).buffer_unordered(CONCURRENT_POSTS).collect().await;
         self.said.extend(posted.into_iter().flatten());
@@ -153,8 +197,8 @@ impl Poster {
 }
 
 /// Creates the Event; returns what is now said, or `None` to try again with the next notices.
-async fn post(client: Client, instance: &str, post: Post) -> Option<(Key, u64)> {
-    let event = event(instance, &post.notices[post.index], &post.namespace, &post.name);
+async fn post<N: Tell>(client: Client, action: &str, instance: &str, post: Post<N>) -> Option<(Key, u64)> {
+    let event = event(action, instance, &post.notices[post.index], &post.namespace, &post.name);
     let events: Api<Event> = Api::namespaced(client, &post.namespace);
     match events.create(&PostParams::default(), &event).await {
         Ok(_) => Some((post.key, post.digest)),
@@ -165,21 +209,21 @@ async fn post(client: Client, instance: &str, post: Post) -> Option<(Key, u64)> 
     }
 }
 
-fn event(instance: &str, notice: &Notice, namespace: &str, name: &str) -> Event {
+fn event(action: &str, instance: &str, notice: &impl Tell, namespace: &str, name: &str) -> Event {
     let now = Timestamp::now();
-    let mut note = notice.message.to_string();
+    let mut note = notice.message().to_string();
     if note.len() > NOTE_LIMIT {
         let cut = (0..=NOTE_LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
         note.truncate(cut);
         note.push_str("...");
     }
     let mut event = Event {
-        action: Some("Publish".into()),
-        reason: Some(notice.reason.into()),
+        action: Some(action.into()),
+        reason: Some(notice.reason().into()),
         note: Some(note),
-        type_: Some(if notice.warning { "Warning" } else { "Normal" }.into()),
+        type_: Some(if notice.warning() { "Warning" } else { "Normal" }.into()),
         event_time: Some(MicroTime(now)),
-        regarding: Some(notice.regarding.clone()),
+        regarding: Some(notice.regarding().clone()),
         reporting_controller: Some(MANAGER.into()),
         reporting_instance: Some(instance.chars().take(128).collect()),
         ..Event::default()

@@ -10,18 +10,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use tracing::info;
 
-use super::writer::ConfigMapWriter;
+use super::publisher::ConfigMapWriter;
+use crate::hosting::configmap::{self, Stored};
 use crate::metrics::Metrics;
-use crate::plan::{self, Action, Existing, withdrawal};
-use crate::pull;
-use crate::settings::{PullSecrets, Settings};
+use crate::publish::{Withdrawal, withdrawal};
+use crate::settings::Settings;
 
 /// How long the controller's pods may take to exit: their termination grace period plus a margin.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -59,8 +57,9 @@ pub async fn withdraw(
     if let Some((namespace, name)) = stop_deployment {
         stop(client.clone(), namespace, name).await?;
     }
+    // Each concern removes what it wrote.
     if let Some(pull) = &settings.pull_secrets {
-        remove_pull_secrets(client.clone(), pull).await?;
+        super::pull::withdraw(client.clone(), pull).await?;
     }
     let target = settings.target();
     let writer = ConfigMapWriter::new(client, settings, Metrics::default());
@@ -68,51 +67,28 @@ pub async fn withdraw(
         info!(configmap = %target, "nothing to withdraw");
         return Ok(Outcome::NothingPublished);
     };
-    let existing = Existing::from_configmap(&configmap);
-    match withdrawal(&existing) {
-        Action::Delete => {
+    let stored = Stored::read(&configmap);
+    match withdrawal(&stored) {
+        Withdrawal::Delete => {
             // Gone in between is what we wanted too.
-            writer.delete(Some(&existing)).await?;
+            writer.delete(stored.uid.clone(), stored.resource_version.clone()).await?;
             info!(configmap = %target, "withdrawn");
             Ok(Outcome::Withdrawn)
         }
-        Action::RemoveKey => {
-            writer.apply(&plan::released_configmap(settings)).await?;
+        Withdrawal::RemoveKey => {
+            writer.apply(&configmap::released(settings)).await?;
             info!(configmap = %target, "withdrawn: removed our key; the other keys stay");
             Ok(Outcome::RemovedKey)
         }
-        _ if existing.owned => {
+        Withdrawal::Nothing if stored.owned => {
             info!(configmap = %target, "nothing to withdraw");
             Ok(Outcome::NothingPublished)
         }
-        _ => {
+        Withdrawal::Nothing => {
             info!(configmap = %target, "not withdrawn: another tool wrote it");
             Ok(Outcome::NotOurs)
         }
     }
-}
-
-/// Removes every pull Secret we wrote and every ServiceAccount entry we added: the pull plan with nothing
-/// published, over what a list (instead of the controller's watches) finds.
-async fn remove_pull_secrets(client: Client, settings: &PullSecrets) -> Result<(), Error> {
-    let listed = |source| super::Error::Read { target: "pull Secrets".into(), source };
-    let by_name = |name: &str| ListParams::default().fields(&format!("metadata.name={name}"));
-    let secrets = Api::<Secret>::all(client.clone()).list(&by_name(&settings.name)).await.map_err(listed)?;
-    let mut accounts = Vec::new();
-    for name in &settings.service_accounts {
-        let found = Api::<ServiceAccount>::all(client.clone()).list(&by_name(name)).await.map_err(listed)?;
-        accounts.extend(found.items.into_iter().map(Arc::new));
-    }
-    let observed = pull::Observed {
-        secrets: secrets.items.into_iter().map(Arc::new).collect(),
-        accounts,
-        ..pull::Observed::default()
-    };
-    let plan = pull::plan(None, &observed, settings);
-    let writer = super::pull::PullWriter::new(client, Metrics::default());
-    writer.carry_out(&plan, None, &mut Vec::new()).await?;
-    info!(secrets = plan.delete.len(), serviceaccounts = plan.accounts.len(), "pull Secrets withdrawn");
-    Ok(())
 }
 
 /// Scales the Deployment to zero and waits until none of its pods exists.

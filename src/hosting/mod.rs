@@ -1,30 +1,87 @@
-//! The KEP-1755 `localRegistryHosting.v1` document: rendering it so every known reader accepts it, parsing it the
-//! way readers do, and the rules a value must pass before it is published.
+//! The KEP-1755 `localRegistryHosting.v1` document: its fields, rendering it so every known reader accepts it,
+//! parsing it the way readers do, and the rules a value must pass before it is published. [`configmap`] is the
+//! ConfigMap that carries it.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 pub mod address;
+pub mod configmap;
 
-/// The only data key any reader reads today.
-pub const DATA_KEY: &str = "localRegistryHosting.v1";
+pub use configmap::DATA_KEY;
+
+/// One field of the document. Matches over it are exhaustive, so a new field makes the compiler list every place
+/// that must handle it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Field {
+    /// Where tools outside the cluster push, `host[:port]`.
+    Host,
+    /// What the node's container runtime pulls from; readers fall back to `host`.
+    HostFromContainerRuntime,
+    /// Where pods reach the registry.
+    HostFromClusterNetwork,
+    /// A URL explaining how to set up or debug the registry.
+    Help,
+}
+
+impl Field {
+    /// Every field, in the order they are rendered. `host` comes first: line-based readers take the first `host:`.
+    pub const ALL: [Field; 4] =
+        [Field::Host, Field::HostFromContainerRuntime, Field::HostFromClusterNetwork, Field::Help];
+
+    /// The field's YAML key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::Host => "host",
+            Field::HostFromContainerRuntime => "hostFromContainerRuntime",
+            Field::HostFromClusterNetwork => "hostFromClusterNetwork",
+            Field::Help => "help",
+        }
+    }
+
+    /// The registry Service annotation that overrides the derived value.
+    pub fn annotation(self) -> &'static str {
+        use crate::keys::service;
+        match self {
+            Field::Host => service::HOST,
+            Field::HostFromContainerRuntime => service::HOST_FROM_CONTAINER_RUNTIME,
+            Field::HostFromClusterNetwork => service::HOST_FROM_CLUSTER_NETWORK,
+            Field::Help => service::HELP,
+        }
+    }
+
+    /// Checks one value on its own: every rule of this field that does not depend on the other fields.
+    pub fn check(self, value: &str) -> Result<(), String> {
+        match self {
+            Field::Host | Field::HostFromContainerRuntime | Field::HostFromClusterNetwork => validate_host(value)?,
+            Field::Help => validate_help(value)?,
+        }
+        // The knative Tiltfile greps for "host:" and keeps every matching line, so only the host line may match.
+        if self != Field::Host && value.contains("host:") {
+            return Err("must not contain the text \"host:\", which line-based readers take for the host line".into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
 
 /// One `localRegistryHosting.v1` document. Empty fields are `None` and never rendered: Skaffold counts a
 /// present-but-empty `host` as a registry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalRegistryHostingV1 {
-    /// Where tools outside the cluster push, `host[:port]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// What the node's container runtime pulls from; readers fall back to `host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_from_container_runtime: Option<String>,
-    /// Where pods reach the registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_from_cluster_network: Option<String>,
-    /// A URL explaining how to set up or debug the registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub help: Option<String>,
 }
@@ -33,7 +90,7 @@ pub struct LocalRegistryHostingV1 {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field} {value:?}: {reason}")]
 pub struct InvalidValue {
-    pub field: &'static str,
+    pub field: Field,
     pub value: String,
     pub reason: String,
 }
@@ -50,45 +107,46 @@ impl LocalRegistryHostingV1 {
         Self { help: Some(help), ..Self::default() }
     }
 
+    pub fn get(&self, field: Field) -> Option<&str> {
+        match field {
+            Field::Host => self.host.as_deref(),
+            Field::HostFromContainerRuntime => self.host_from_container_runtime.as_deref(),
+            Field::HostFromClusterNetwork => self.host_from_cluster_network.as_deref(),
+            Field::Help => self.help.as_deref(),
+        }
+    }
+
+    pub fn set(&mut self, field: Field, value: Option<String>) {
+        let slot = match field {
+            Field::Host => &mut self.host,
+            Field::HostFromContainerRuntime => &mut self.host_from_container_runtime,
+            Field::HostFromClusterNetwork => &mut self.host_from_cluster_network,
+            Field::Help => &mut self.help,
+        };
+        *slot = value;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.fields().all(|(_, value)| value.is_none())
     }
 
-    /// The fields in the order they are rendered. `host` comes first: line-based readers take the first `host:`.
-    fn fields(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
-        [
-            ("host", self.host.as_deref()),
-            ("hostFromContainerRuntime", self.host_from_container_runtime.as_deref()),
-            ("hostFromClusterNetwork", self.host_from_cluster_network.as_deref()),
-            ("help", self.help.as_deref()),
-        ]
-        .into_iter()
+    /// Each field with its value, in render order.
+    pub fn fields(&self) -> impl Iterator<Item = (Field, Option<&str>)> {
+        Field::ALL.into_iter().map(|field| (field, self.get(field)))
     }
 
-    /// Checks every rule in one pass; the first broken rule is returned.
+    /// Checks every rule; the first broken one is returned.
     pub fn validate(&self) -> Result<(), InvalidValue> {
         for (field, value) in self.fields() {
             let Some(value) = value else { continue };
-            match field {
-                "help" => validate_help(value),
-                _ => validate_host(value),
-            }
-            .map_err(|reason| InvalidValue { field, value: value.to_string(), reason })?;
-            // The knative Tiltfile greps for "host:" and keeps every matching line, so only the host line may match.
-            if field != "host" && value.contains("host:") {
-                return Err(InvalidValue {
-                    field,
-                    value: value.to_string(),
-                    reason: "must not contain the text \"host:\", which line-based readers take for the host line"
-                        .into(),
-                });
-            }
+            field.check(value).map_err(|reason| InvalidValue { field, value: value.to_string(), reason })?;
         }
-        if self.host_from_container_runtime.is_some() && self.host.is_none() && self.host_from_cluster_network.is_none()
+        if let (Some(runtime), None, None) =
+            (&self.host_from_container_runtime, &self.host, &self.host_from_cluster_network)
         {
             return Err(InvalidValue {
-                field: "hostFromContainerRuntime",
-                value: self.host_from_container_runtime.clone().unwrap_or_default(),
+                field: Field::HostFromContainerRuntime,
+                value: runtime.clone(),
                 reason: "needs host or hostFromClusterNetwork beside it: a way to pull but none to push".into(),
             });
         }
@@ -98,7 +156,7 @@ impl LocalRegistryHostingV1 {
     /// Block YAML, one `key: "value"` line per non-empty field, `host` first. Call [`validate`](Self::validate)
     /// first: validated values hold no character that needs escaping.
     pub fn render(&self) -> String {
-        self.fields().filter_map(|(key, value)| value.map(|v| format!("{key}: \"{v}\"\n"))).collect()
+        self.fields().filter_map(|(field, value)| value.map(|v| format!("{field}: \"{v}\"\n"))).collect()
     }
 
     /// Parses a document the way readers do: a YAML mapping, unknown keys ignored.
@@ -112,7 +170,8 @@ impl LocalRegistryHostingV1 {
 
 impl fmt::Display for LocalRegistryHostingV1 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.fields().filter_map(|(key, value)| value.map(|v| format!("{key}={v}"))).collect();
+        let parts: Vec<String> =
+            self.fields().filter_map(|(field, value)| value.map(|v| format!("{field}={v}"))).collect();
         if parts.is_empty() { f.write_str("(empty)") } else { f.write_str(&parts.join(" ")) }
     }
 }
@@ -268,7 +327,7 @@ mod tests {
     #[test]
     fn only_the_host_line_may_contain_host_colon() {
         let error = doc("10.0.0.1:5000", "localhost:5000", "", "").validate().unwrap_err();
-        assert_eq!(error.field, "hostFromContainerRuntime");
+        assert_eq!(error.field, Field::HostFromContainerRuntime);
         assert!(error.reason.contains("line-based"));
         assert!(doc("", "", "r.ns.svc.cluster.local:5000", "http://localhost:8080/help").validate().is_err());
         assert_eq!(doc("localhost:5000", "127.0.0.1:5000", "", "").validate(), Ok(()));

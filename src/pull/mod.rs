@@ -1,55 +1,102 @@
-//! Pull credentials for the published registry, opt-in on both sides: the registry's Service names a source Secret
-//! in its own namespace (`local-registry-publisher.io/pull-secret`), and a cluster admin labels each namespace that
-//! should get them (`local-registry-publisher.io/pull-secret=wanted`). Each such namespace then holds one
+//! Pull credentials for the published registry, opt-in on both sides: the registry's Service names a Secret in its
+//! own namespace (`local-registry-publisher.io/pull-secret`), and a cluster admin labels each namespace that should
+//! get them (`local-registry-publisher.io/pull-secret-wanted=true`). Each such namespace then holds one
 //! `kubernetes.io/dockerconfigjson` Secret with an entry per published address, and optionally chosen
 //! ServiceAccounts list it in `imagePullSecrets`.
 //!
-//! Pure: given what the watches hold, [`plan`] says what to write, delete and tell. Credentials never go to
-//! `kube-public`, which every user (even anonymous ones, on some clusters) may read.
+//! Pure: given the registry readers see and what the pull watches hold, [`plan`] says what to write, delete and
+//! tell, and [`interest`] which watches that needs. Credentials never go to `kube-public`, which every user (even
+//! anonymous ones, on some clusters) may read.
 
 pub mod credentials;
+mod watched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
-use crate::plan::{MANAGED_BY_LABEL, MANAGER, Notice};
-use crate::registry::Registry;
+use crate::keys::{self, MANAGED_BY, MANAGER};
+use crate::publish::Published;
 use crate::settings::PullSecrets;
+use crate::watching::WatchKey;
 pub use credentials::Credentials;
+pub(crate) use watched::pull_watch_sets;
+pub use watched::{Interest, Observed};
 
-/// The namespace label a cluster admin sets to receive the pull Secret.
-pub const NAMESPACE_LABEL: &str = "local-registry-publisher.io/pull-secret";
-pub const NAMESPACE_VALUE: &str = "wanted";
-/// Marks a ServiceAccount whose `imagePullSecrets` entries this controller added (and so may remove): their names,
-/// comma-separated, since two releases with different Secret names may share an account.
-pub const ACCOUNT_ANNOTATION: &str = "local-registry-publisher.io/added-pull-secret";
-/// On each pull Secret: the registry (namespace/name) whose credentials it holds.
-pub const FROM_ANNOTATION: &str = "local-registry-publisher.io/registry";
 pub const SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
 pub const DATA_KEY: &str = ".dockerconfigjson";
 /// Readable by everyone; never a place for credentials.
 const PUBLIC_NAMESPACE: &str = "kube-public";
 
-/// A source Secret, `None` when it does not exist, or why it cannot be read.
-pub type Source = Result<Option<Arc<Secret>>, String>;
+/// Why an Event about pull credentials is posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// The Secret the registry names does not exist.
+    PullSecretMissing,
+    /// It cannot be read (RBAC).
+    PullSecretUnreadable,
+    /// It holds no usable credentials.
+    PullSecretInvalid,
+    /// A namespace already has a Secret of our name that this controller did not write.
+    PullSecretNameTaken,
+    /// `kube-public` is labelled: it never gets credentials.
+    PullSecretRefused,
+    /// The API server refused a write.
+    PullSecretFailed,
+}
 
-/// What the pull watches hold.
-#[derive(Clone, Debug, Default)]
-pub struct Observed {
-    /// Source Secrets by (namespace, name): the Secret, `None` when it does not exist, or why it cannot be read.
-    pub sources: BTreeMap<(String, String), Source>,
-    /// Namespaces labelled to receive the pull Secret.
-    pub namespaces: BTreeSet<String>,
-    /// Every Secret with the pull Secret's name, ours or not.
-    pub secrets: Vec<Arc<Secret>>,
-    /// The chosen ServiceAccounts in the namespaces above and in those holding our Secret.
-    pub accounts: Vec<Arc<ServiceAccount>>,
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::PullSecretMissing => "PullSecretMissing",
+            Reason::PullSecretUnreadable => "PullSecretUnreadable",
+            Reason::PullSecretInvalid => "PullSecretInvalid",
+            Reason::PullSecretNameTaken => "PullSecretNameTaken",
+            Reason::PullSecretRefused => "PullSecretRefused",
+            Reason::PullSecretFailed => "PullSecretFailed",
+        }
+    }
+}
+
+/// Something to tell users, as a Warning Event on the published registry's Service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub regarding: ObjectReference,
+    pub reason: Reason,
+    pub message: Arc<str>,
+}
+
+/// The Secret the published registry's Service names for its pull credentials; an empty annotation names none.
+pub fn credentials_secret(published: &Published) -> Option<(String, String)> {
+    let name = published.service.annotations().get(keys::service::PULL_SECRET)?.trim();
+    (!name.is_empty()).then(|| (published.registry.namespace.clone(), name.to_string()))
+}
+
+/// The watches the pull credentials need: the credentials Secret the published registry names, the labelled
+/// namespaces, every Secret with our name, and the chosen ServiceAccounts where our Secret is or should be.
+pub fn interest(published: Option<&Published>, observed: &Observed, settings: &PullSecrets) -> Interest {
+    let mut interest = Interest::default();
+    if let Some((namespace, name)) = published.and_then(credentials_secret) {
+        interest.credentials.insert(WatchKey::in_namespace(&namespace).named(&name));
+    }
+    use keys::namespace::{PULL_SECRET_WANTED, PULL_SECRET_WANTED_VALUE};
+    let wanted = crate::watching::equal(PULL_SECRET_WANTED, PULL_SECRET_WANTED_VALUE);
+    interest.namespaces.insert(WatchKey::everywhere().labels(wanted));
+    interest.secrets.insert(WatchKey::everywhere().named(&settings.name));
+    // Where our Secret should be, and where it still is until removed (its entries go first).
+    let mut namespaces: BTreeSet<&str> = observed.namespaces.iter().map(|n| n.as_str()).collect();
+    namespaces.extend(observed.secrets.iter().filter(|s| is_ours(s)).filter_map(|s| s.metadata.namespace.as_deref()));
+    for namespace in namespaces {
+        for account in &settings.service_accounts {
+            interest.accounts.insert(WatchKey::in_namespace(namespace).named(account));
+        }
+    }
+    interest
 }
 
 /// A change to one ServiceAccount's `imagePullSecrets`: a JSON patch that first tests what it was computed from,
@@ -91,8 +138,8 @@ enum Desired {
     Config(String),
 }
 
-/// The pull Secrets for `published`, the registry the ConfigMap names now (if any).
-pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSecrets) -> Plan {
+/// The pull Secrets for `published`, the registry readers see now (if any).
+pub fn plan(published: Option<&Published>, observed: &Observed, settings: &PullSecrets) -> Plan {
     let mut plan = Plan { secret_name: settings.name.clone(), ..Plan::default() };
     let desired = desired(published, observed, &mut plan.notices);
     let mut ours: BTreeMap<&str, &Secret> = BTreeMap::new();
@@ -113,7 +160,7 @@ pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSe
             if let (Some(registry), Desired::Config(_)) = (published, &desired) {
                 plan.notices.push(warning(
                     registry,
-                    "PullSecretRefused",
+                    Reason::PullSecretRefused,
                     format!("no pull Secret is written to {PUBLIC_NAMESPACE}: every user may read it"),
                 ));
             }
@@ -123,7 +170,7 @@ pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSe
             if let (Some(registry), Desired::Config(_)) = (published, &desired) {
                 plan.notices.push(warning(
                     registry,
-                    "PullSecretNameTaken",
+                    Reason::PullSecretNameTaken,
                     format!(
                         "namespace {namespace} already has a Secret {} that this controller did not write; it is left \
                          untouched and that namespace gets no pull credentials (rename one of them, or choose \
@@ -172,32 +219,34 @@ pub fn plan(published: Option<&Registry>, observed: &Observed, settings: &PullSe
     plan
 }
 
-fn desired(published: Option<&Registry>, observed: &Observed, notices: &mut Vec<Notice>) -> Desired {
+fn desired(published: Option<&Published>, observed: &Observed, notices: &mut Vec<Notice>) -> Desired {
     let Some(registry) = published else { return Desired::Nothing };
-    let (Some(source), Ok(document)) = (&registry.pull_secret, &registry.document) else { return Desired::Nothing };
-    let key = (registry.id.namespace.clone(), source.clone());
-    let keep = |reason: &'static str, why: String, notices: &mut Vec<Notice>| {
-        let message = format!("pull Secret {}/{source} {why}; the pull Secrets already distributed stay", key.0);
+    let Some((namespace, name)) = credentials_secret(registry) else { return Desired::Nothing };
+    let keep = |reason: Reason, why: String, notices: &mut Vec<Notice>| {
+        let message = format!("pull Secret {namespace}/{name} {why}; the pull Secrets already distributed stay");
         notices.push(warning(registry, reason, message));
         Desired::Unchanged
     };
-    match observed.sources.get(&key) {
+    let key = WatchKey::in_namespace(&namespace).named(&name);
+    match observed.credentials.get(&key) {
         // Its watch has not reported yet.
         None => Desired::Unchanged,
-        Some(Err(why)) => keep("PullSecretUnreadable", format!("cannot be read: {why}"), notices),
-        Some(Ok(None)) => keep("PullSecretMissing", "does not exist".into(), notices),
-        Some(Ok(Some(secret))) => match Credentials::from_source(secret.data.as_ref().unwrap_or(&BTreeMap::new())) {
-            Ok(credentials) => {
-                let addresses = credentials::addresses(document);
-                Desired::Config(credentials::docker_config(&addresses, &credentials))
-            }
-            Err(why) => keep("PullSecretInvalid", format!("is not usable: it {why}"), notices),
+        Some(Err(why)) => keep(Reason::PullSecretUnreadable, format!("cannot be read: {why}"), notices),
+        Some(Ok(found)) => match found.first() {
+            None => keep(Reason::PullSecretMissing, "does not exist".into(), notices),
+            Some(secret) => match Credentials::from_source(secret.data.as_ref().unwrap_or(&BTreeMap::new())) {
+                Ok(credentials) => {
+                    let addresses = credentials::addresses(&registry.document);
+                    Desired::Config(credentials::docker_config(&addresses, &credentials))
+                }
+                Err(why) => keep(Reason::PullSecretInvalid, format!("is not usable: it {why}"), notices),
+            },
         },
     }
 }
 
 pub fn is_ours(secret: &Secret) -> bool {
-    secret.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+    secret.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGER)
 }
 
 /// Whether an existing Secret already is what we would write.
@@ -207,14 +256,14 @@ fn holds(secret: &Secret, config: &str) -> bool {
 }
 
 /// Exactly the fields we own in each namespace's pull Secret.
-fn pull_secret(namespace: &str, config: &str, settings: &PullSecrets, from: Option<&Registry>) -> Secret {
-    let source = from.map(|r| r.id.to_string()).unwrap_or_default();
+fn pull_secret(namespace: &str, config: &str, settings: &PullSecrets, from: Option<&Published>) -> Secret {
+    let registry = from.map(|r| r.registry.to_string()).unwrap_or_default();
     Secret {
         metadata: ObjectMeta {
             name: Some(settings.name.clone()),
             namespace: Some(namespace.to_string()),
-            labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGER.to_string())].into()),
-            annotations: Some([(FROM_ANNOTATION.to_string(), source)].into()),
+            labels: Some([(MANAGED_BY.to_string(), MANAGER.to_string())].into()),
+            annotations: Some([(keys::pull::FROM_REGISTRY.to_string(), registry)].into()),
             ..ObjectMeta::default()
         },
         type_: Some(SECRET_TYPE.into()),
@@ -229,12 +278,12 @@ fn pointer(segment: &str) -> String {
 }
 
 fn annotation_path() -> String {
-    format!("/metadata/annotations/{}", pointer(ACCOUNT_ANNOTATION))
+    format!("/metadata/annotations/{}", pointer(keys::pull::ADDED_PULL_SECRETS))
 }
 
 /// The entries the account's mark says were added here.
 fn marked(account: &ServiceAccount) -> BTreeSet<&str> {
-    let mark = account.annotations().get(ACCOUNT_ANNOTATION).map(String::as_str).unwrap_or_default();
+    let mark = account.annotations().get(keys::pull::ADDED_PULL_SECRETS).map(String::as_str).unwrap_or_default();
     mark.split(',').map(str::trim).filter(|n| !n.is_empty()).collect()
 }
 
@@ -242,9 +291,9 @@ fn marked(account: &ServiceAccount) -> BTreeSet<&str> {
 fn set_mark(account: &ServiceAccount, names: &BTreeSet<&str>) -> Value {
     let value = names.iter().copied().collect::<Vec<_>>().join(",");
     match &account.metadata.annotations {
-        None => json!({"op": "add", "path": "/metadata/annotations", "value": {ACCOUNT_ANNOTATION: value}}),
+        None => json!({"op": "add", "path": "/metadata/annotations", "value": {keys::pull::ADDED_PULL_SECRETS: value}}),
         Some(_) if names.is_empty() => json!({"op": "remove", "path": annotation_path()}),
-        Some(annotations) if annotations.contains_key(ACCOUNT_ANNOTATION) => {
+        Some(annotations) if annotations.contains_key(keys::pull::ADDED_PULL_SECRETS) => {
             json!({"op": "replace", "path": annotation_path(), "value": value})
         }
         Some(_) => json!({"op": "add", "path": annotation_path(), "value": value}),
@@ -287,8 +336,8 @@ fn remove_entry(account: &ServiceAccount, name: &str) -> Option<Value> {
     Some(Value::Array(operations))
 }
 
-fn warning(registry: &Registry, reason: &'static str, message: String) -> Notice {
-    Notice { regarding: registry.reference.clone(), warning: true, reason, message: message.into() }
+fn warning(registry: &Published, reason: Reason, message: String) -> Notice {
+    Notice { regarding: registry.reference.clone(), reason, message: message.into() }
 }
 
 #[cfg(test)]

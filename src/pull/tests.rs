@@ -1,28 +1,33 @@
 use super::*;
 use crate::hosting::LocalRegistryHostingV1;
-use crate::registry::{ServiceId, Source};
-use k8s_openapi::api::core::v1::{LocalObjectReference, ObjectReference};
+use crate::registry::ServiceId;
+use crate::registry::fixtures::service;
+use k8s_openapi::api::core::v1::LocalObjectReference;
 
-fn registry(source: Option<&str>) -> Registry {
-    Registry {
-        id: ServiceId { namespace: "reg".into(), name: "registry".into() },
-        source: Source::Labelled,
-        priority: 0,
-        created: None,
-        ready: true,
-        document: Ok(LocalRegistryHostingV1 {
+const ACCOUNT_ANNOTATION: &str = keys::pull::ADDED_PULL_SECRETS;
+
+/// The registry readers see, naming `credentials` as its pull credentials.
+fn registry(credentials: Option<&str>) -> Published {
+    let mut builder = service("reg", "registry");
+    if let Some(name) = credentials {
+        builder = builder.annotation(keys::service::PULL_SECRET, name);
+    }
+    let service = builder.build();
+    Published {
+        registry: ServiceId { namespace: "reg".into(), name: "registry".into() },
+        reference: crate::registry::Identity::of(&service.metadata).reference(),
+        document: LocalRegistryHostingV1 {
             host: Some("localhost:30500".into()),
             host_from_cluster_network: Some("registry.reg.svc.cluster.local:5000".into()),
             ..LocalRegistryHostingV1::default()
-        }),
-        reference: ObjectReference {
-            name: Some("registry".into()),
-            namespace: Some("reg".into()),
-            ..Default::default()
         },
-        trusted: true,
-        pull_secret: source.map(Into::into),
+        service,
     }
+}
+
+fn credentials(found: Result<Option<Arc<Secret>>, String>) -> crate::watching::Findings<Secret> {
+    let key = WatchKey::in_namespace("reg").named("creds");
+    [(key, found.map(|secret| secret.into_iter().collect()))].into()
 }
 
 fn source(pairs: &[(&str, &str)]) -> Arc<Secret> {
@@ -32,8 +37,8 @@ fn source(pairs: &[(&str, &str)]) -> Arc<Secret> {
 
 fn observed(namespaces: &[&str], token: &str) -> Observed {
     Observed {
-        sources: [(("reg".into(), "creds".into()), Ok(Some(source(&[("token", token)]))))].into(),
-        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        credentials: credentials(Ok(Some(source(&[("token", token)])))),
+        namespaces: namespaces.iter().map(|n| Arc::new(n.to_string())).collect(),
         ..Observed::default()
     }
 }
@@ -62,7 +67,7 @@ fn account(namespace: &str, name: &str, entries: &[&str], mark: Option<&str>) ->
 }
 
 fn reasons(plan: &Plan) -> Vec<&str> {
-    plan.notices.iter().map(|n| n.reason).collect()
+    plan.notices.iter().map(|n| n.reason.as_str()).collect()
 }
 
 #[test]
@@ -91,7 +96,7 @@ fn nothing_is_written_when_every_secret_already_holds_the_credentials() {
     assert!(plan(Some(&published), &observed, &settings(&[])).is_empty());
 
     // A rotated token rewrites it.
-    observed.sources = self::observed(&[], "rotated").sources;
+    observed.credentials = self::observed(&[], "rotated").credentials;
     let rotated = plan(Some(&published), &observed, &settings(&[]));
     assert_eq!(rotated.apply.len(), 1);
     let config = String::from_utf8(rotated.apply[0].data.as_ref().unwrap()[DATA_KEY].0.clone()).unwrap();
@@ -129,7 +134,7 @@ fn an_unusable_source_keeps_what_was_distributed_and_says_why() {
         (Ok(None), "PullSecretMissing"),
         (Ok(Some(source(&[("password", "p")]))), "PullSecretInvalid"),
     ] {
-        observed.sources = [(("reg".into(), "creds".into()), source)].into();
+        observed.credentials = credentials(source);
         let plan = plan(Some(&published), &observed, &settings(&[]));
         assert!(plan.is_empty(), "{reason}: {plan:?}");
         assert_eq!(reasons(&plan), [reason]);
@@ -173,7 +178,7 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
     assert!(plan(Some(&published), &observed, &accounts).is_empty());
 
     // "other" is no longer opted in, and then the annotation goes.
-    observed.namespaces.remove("other");
+    observed.namespaces.retain(|n| n.as_str() != "other");
     let unlabelled = plan(Some(&published), &observed, &accounts);
     assert_eq!(unlabelled.delete, [("other".to_string(), Some("uid-1".to_string()))]);
     assert_eq!(unlabelled.accounts.len(), 1);
@@ -182,7 +187,7 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
         json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
             {"op": "remove", "path": "/imagePullSecrets/0"},
-            {"op": "remove", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret"},
+            {"op": "remove", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secrets"},
         ])
     );
     let gone = plan(Some(&registry(None)), &observed, &accounts);
@@ -204,7 +209,7 @@ fn two_releases_sharing_an_account_each_keep_their_own_mark() {
     let added = plan(Some(&published), &observed, &ours);
     assert_eq!(
         added.accounts[0].patch[2],
-        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret",
+        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secrets",
             "value": "local-registry-pull,other-pull"})
     );
     observed.accounts =
@@ -213,7 +218,7 @@ fn two_releases_sharing_an_account_each_keep_their_own_mark() {
     assert_eq!(removed.accounts[0].patch[1], json!({"op": "remove", "path": "/imagePullSecrets/1"}));
     assert_eq!(
         removed.accounts[0].patch[2],
-        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secret",
+        json!({"op": "replace", "path": "/metadata/annotations/local-registry-publisher.io~1added-pull-secrets",
             "value": "other-pull"}),
         "the other release's mark stays"
     );

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
 
-use super::Workload;
+use super::{Ignored, Origin, Registry, ServiceId, Workload};
+use crate::hosting::LocalRegistryHostingV1;
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("fixture JSON matches the type")
@@ -95,8 +96,13 @@ impl ServiceBuilder {
     }
 }
 
-pub fn workload(namespace: &str, name: &str, pod_labels: &[(&str, &str)]) -> Workload {
-    Workload { kind: "Deployment", namespace: namespace.into(), name: name.into(), pod_labels: labels(pod_labels) }
+pub fn workload(namespace: &str, name: &str, pod_labels: &[(&str, &str)]) -> Arc<Workload> {
+    Arc::new(Workload {
+        kind: "Deployment",
+        namespace: namespace.into(),
+        name: name.into(),
+        pod_labels: labels(pod_labels),
+    })
 }
 
 pub fn pod(
@@ -114,8 +120,10 @@ pub fn pod(
     })))
 }
 
-/// An EndpointSlice of Service `service` with one endpoint per (ready, node name).
+/// An EndpointSlice of Service `service` with one endpoint per (ready, node name), under a name of its own.
 pub fn slice(namespace: &str, service: &str, endpoints: &[(bool, &str)]) -> Arc<EndpointSlice> {
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let number = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let endpoints: Vec<Value> = endpoints
         .iter()
         .enumerate()
@@ -124,7 +132,7 @@ pub fn slice(namespace: &str, service: &str, endpoints: &[(bool, &str)]) -> Arc<
         })
         .collect();
     Arc::new(from_json(json!({
-        "metadata": {"namespace": namespace, "name": format!("{service}-{}", endpoints.len()),
+        "metadata": {"namespace": namespace, "name": format!("{service}-{number}"),
                      "labels": {"kubernetes.io/service-name": service}},
         "addressType": "IPv4",
         "endpoints": endpoints
@@ -158,13 +166,40 @@ pub fn proxy_daemonset(host_port: i32) -> Arc<DaemonSet> {
     })))
 }
 
-/// Every registry in `cluster` as a trusted one would be derived: each Service's namespace counts as allowed, as
-/// tests of the derived values want.
-pub fn trusted_registries(cluster: &super::Cluster, settings: &crate::settings::Settings) -> Vec<super::Registry> {
+/// Every allowed registry in `cluster`, as if each Service's namespace were allowed: what tests of the derived
+/// values want.
+pub fn allowed_registries(cluster: &super::Cluster, settings: &crate::settings::Settings) -> Vec<super::Registry> {
     let mut cluster = cluster.clone();
-    let services = cluster.labelled_services.iter().chain(&cluster.workload_namespace_services);
-    let namespaces: Vec<String> =
-        services.chain(&cluster.builtin_services).filter_map(|s| s.metadata.namespace.clone()).collect();
+    let services = cluster.labelled_services.iter().chain(&cluster.namespace_services);
+    let namespaces: Vec<Arc<String>> =
+        services.chain(&cluster.builtin_services).filter_map(|s| s.metadata.namespace.clone()).map(Arc::new).collect();
     cluster.allowed_namespaces.extend(namespaces);
-    super::registries(&cluster, settings)
+    super::registries(&cluster, settings).allowed
+}
+
+/// An allowed, labelled registry in namespace `reg` publishing `localhost:<30000 + priority>`.
+pub fn registry(name: &str, priority: i32, ready: bool) -> Registry {
+    let document = LocalRegistryHostingV1 {
+        host: Some(format!("localhost:{}", 30000 + priority)),
+        host_from_cluster_network: Some(format!("{name}.reg.svc.cluster.local:5000")),
+        ..LocalRegistryHostingV1::default()
+    };
+    let service = service("reg", name).build();
+    let identity = super::Identity::of(&service.metadata);
+    Registry {
+        id: identity.id.clone(),
+        origin: Origin::Labelled,
+        priority,
+        created: None,
+        ready,
+        document: Ok(document),
+        reference: identity.reference(),
+        service,
+    }
+}
+
+pub fn ignored(namespace: &str, name: &str) -> Ignored {
+    let id = ServiceId { namespace: namespace.into(), name: name.into() };
+    let identity = super::Identity { id: id.clone(), uid: Some(format!("uid-{name}")), created: None };
+    Ignored { id, origin: Origin::Labelled, reference: identity.reference() }
 }

@@ -1,22 +1,24 @@
 //! Which Services are registries, and what each would publish. Pure: it reads a [`Cluster`] snapshot of the
-//! watched objects and never talks to the API server.
+//! watched objects and never talks to the API server. [`watched`] lists what the publisher watches.
 
+mod kept;
 mod values;
+pub mod watched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
-use kube::core::Resource;
+use kube::core::{Resource, Selector};
 
 use crate::hosting::LocalRegistryHostingV1;
+use crate::hosting::configmap::Stored;
 use crate::settings::Settings;
-
-pub use values::annotations;
+use crate::watching::{WatchKey, one_of};
+pub use watched::{Cluster, Interest};
 
 /// minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort.
 pub const MINIKUBE: (&str, &str) = ("kube-system", "registry");
@@ -24,29 +26,34 @@ pub const MINIKUBE_PROXY: &str = "registry-proxy";
 /// MicroK8s's registry addon: NodePort Service container-registry/registry.
 pub const MICROK8S: (&str, &str) = ("container-registry", "registry");
 
-/// Everything the watches hold right now.
-#[derive(Clone, Debug, Default)]
-pub struct Cluster {
-    /// Services matching the registry selector, whole. Watching every namespace, only those in trusted namespaces
-    /// (see [`Interest::labelled_service_namespaces`]).
-    pub labelled_services: Vec<Arc<Service>>,
-    /// Watching every namespace: which Services match the registry selector, everywhere. A tenant's registries are
-    /// only told they are ignored, which needs no more.
-    pub labelled_identities: Vec<Arc<Identity>>,
-    /// Deployments, StatefulSets and DaemonSets matching the registry selector.
-    pub workloads: Vec<Workload>,
-    /// Every Service in a namespace that holds a labelled workload.
-    pub workload_namespace_services: Vec<Arc<Service>>,
-    /// The built-in addons' Services, when recognition is on.
-    pub builtin_services: Vec<Arc<Service>>,
-    /// minikube's registry-proxy DaemonSet.
-    pub proxies: Vec<Arc<DaemonSet>>,
-    /// Pods selected by registry Services.
-    pub pods: Vec<Arc<Pod>>,
-    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
-    pub nodes: Vec<Arc<Node>>,
-    /// Namespaces a cluster admin labelled as allowed to name the cluster's registry.
-    pub allowed_namespaces: BTreeSet<String>,
+impl Cluster {
+    /// Every labelled workload, sorted by namespace, name and kind.
+    pub fn workloads(&self) -> Vec<&Workload> {
+        let mut workloads: Vec<&Workload> =
+            self.deployments.iter().chain(&self.statefulsets).chain(&self.daemonsets).map(AsRef::as_ref).collect();
+        workloads.sort_by(|a, b| (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind)));
+        workloads
+    }
+
+    /// The slices of both slice watches, each once (a labelled selector-less Service's own slices may carry its
+    /// labels, so both may hold them).
+    pub fn slices(&self) -> impl Iterator<Item = &EndpointSlice> {
+        let mut seen = BTreeSet::new();
+        self.labelled_slices
+            .iter()
+            .chain(&self.endpoint_slices)
+            .filter(move |s| seen.insert((s.metadata.namespace.as_deref(), s.metadata.name.as_deref())))
+            .map(AsRef::as_ref)
+    }
+
+    /// The published ConfigMap as stored, if any.
+    pub fn stored(&self) -> Option<&Stored> {
+        self.configmap.first().map(AsRef::as_ref)
+    }
+
+    fn labelled_allowed(&self, namespace: &str) -> bool {
+        self.allowed_namespaces.iter().any(|n| n.as_str() == namespace)
+    }
 }
 
 /// Which Service it is, and when it was made: all an ignored registry is told by.
@@ -84,6 +91,17 @@ pub struct Workload {
     pub pod_labels: BTreeMap<String, String>,
 }
 
+impl Workload {
+    pub fn of(kind: &'static str, meta: ObjectMeta, pod_labels: Option<BTreeMap<String, String>>) -> Self {
+        Self {
+            kind,
+            namespace: meta.namespace.unwrap_or_default(),
+            name: meta.name.unwrap_or_default(),
+            pod_labels: pod_labels.unwrap_or_default(),
+        }
+    }
+}
+
 /// namespace/name of a Service.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceId {
@@ -97,24 +115,45 @@ impl std::fmt::Display for ServiceId {
     }
 }
 
-/// Why a Service counts as a registry.
+/// How a Service was found to be a registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum Origin {
     Labelled,
     Workload { kind: &'static str, name: String },
     Minikube,
     MicroK8s,
 }
 
-impl std::fmt::Display for Source {
+impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Source::Labelled => f.write_str("labelled Service"),
-            Source::Workload { kind, name } => {
-                write!(f, "Service selecting labelled {kind} {name}")
-            }
-            Source::Minikube => f.write_str("minikube registry addon"),
-            Source::MicroK8s => f.write_str("MicroK8s registry addon"),
+            Origin::Labelled => f.write_str("labelled Service"),
+            Origin::Workload { kind, name } => write!(f, "Service selecting labelled {kind} {name}"),
+            Origin::Minikube => f.write_str("minikube registry addon"),
+            Origin::MicroK8s => f.write_str("MicroK8s registry addon"),
+        }
+    }
+}
+
+/// What is wrong with a registry's configuration: a bounded label for Events and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// An annotation's value breaks its rule.
+    InvalidAnnotation,
+    /// A derived value breaks a reader's rule.
+    InvalidValue,
+    /// Several ports and none chosen.
+    AmbiguousPort,
+    NoPort,
+}
+
+impl Fault {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::InvalidAnnotation => "InvalidAnnotation",
+            Fault::InvalidValue => "InvalidValue",
+            Fault::AmbiguousPort => "AmbiguousPort",
+            Fault::NoPort => "NoPort",
         }
     }
 }
@@ -122,27 +161,23 @@ impl std::fmt::Display for Source {
 /// A problem with one registry's configuration, reported as a Warning Event on its Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
-    /// A bounded, PascalCase label for Events and metrics.
-    pub reason: &'static str,
+    pub fault: Fault,
     pub message: String,
 }
 
-/// One registry Service and what it would publish.
+/// A registry Service in an allowed namespace, and what it would publish.
 #[derive(Clone, Debug)]
 pub struct Registry {
     pub id: ServiceId,
-    pub source: Source,
+    pub origin: Origin,
     pub priority: i32,
     pub created: Option<Time>,
     /// At least one ready endpoint, or nothing to be ready (ExternalName, selector-less without slices).
     pub ready: bool,
     pub document: Result<LocalRegistryHostingV1, Problem>,
     pub reference: ObjectReference,
-    /// Its namespace may name the cluster's registry (see [`trusted`]); an untrusted one is never published, its
-    /// priority and annotations count for nothing, and it is told why.
-    pub trusted: bool,
-    /// The source Secret (in its namespace) its `local-registry-publisher.io/pull-secret` annotation names.
-    pub pull_secret: Option<String>,
+    /// The Service as stored: what other concerns read of the published registry (its annotations, ports).
+    pub service: Arc<Service>,
 }
 
 impl Registry {
@@ -152,84 +187,83 @@ impl Registry {
     }
 }
 
+/// A registry Service in a namespace that may not name the cluster's registry: it takes no part, whatever its
+/// priority or annotations, and is only told why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ignored {
+    pub id: ServiceId,
+    pub origin: Origin,
+    pub reference: ObjectReference,
+}
+
+/// Every registry of a snapshot: the allowed ones best first, and the ignored ones.
+#[derive(Clone, Debug, Default)]
+pub struct Registries {
+    pub allowed: Vec<Registry>,
+    pub ignored: Vec<Ignored>,
+}
+
 /// A Service's pod selector: label keys to the values they must equal.
 pub type PodSelector = BTreeMap<String, String>;
 
-/// What the watches must hold for the next snapshot to be complete, for trusted registries only. The EndpointSlices
-/// of labelled Services with a pod selector are not listed one by one: the EndpointSlice controller copies a
-/// Service's labels onto its slices, so one watch per namespace on the registry selector holds all of them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Interest {
-    /// Namespaces whose Services must all be watched (they hold labelled workloads).
-    pub service_namespaces: BTreeSet<String>,
-    /// (namespace, pod selector) of each registry Service with one.
-    pub pod_selectors: BTreeSet<(String, PodSelector)>,
-    /// Registry Services whose EndpointSlices decide readiness and do not carry the registry selector's labels.
-    pub endpoint_services: BTreeSet<ServiceId>,
-    /// Namespaces whose labelled registries' EndpointSlices are watched by the registry selector.
-    pub labelled_slice_namespaces: BTreeSet<String>,
-    /// Watching every namespace: trusted namespaces holding labelled Services, whose labelled Services are watched
-    /// whole.
-    pub labelled_service_namespaces: BTreeSet<String>,
-    /// Nodes whose InternalIP a published value needs.
-    pub nodes: BTreeSet<String>,
-    /// (namespace, name) of the pull-credential source Secrets that trusted registries name, when pull Secrets are
-    /// distributed.
-    pub pull_sources: BTreeSet<(String, String)>,
-}
-
-/// Finds every registry Service in the snapshot and derives what it would publish.
-pub fn registries(cluster: &Cluster, settings: &Settings) -> Vec<Registry> {
+/// Finds every registry Service in the snapshot and derives what each would publish.
+pub fn registries(cluster: &Cluster, settings: &Settings) -> Registries {
     survey(cluster, settings).registries(settings)
 }
 
-/// The registry Services of one snapshot, found once per reconcile pass and then asked both which watches they
-/// need and what each would publish.
+/// The watches the snapshot's registries need, and the fixed ones.
+pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
+    survey(cluster, settings).interest(settings)
+}
+
+/// The registry Services of one snapshot, found once and then asked which watches they need or what each would
+/// publish.
 pub struct Candidates<'a> {
     cluster: &'a Cluster,
-    /// Each Service, why it is a registry, and whether its namespace may name the cluster's registry.
-    found: Vec<(&'a Service, Source, bool)>,
-    /// Labelled Services in untrusted namespaces, seen by their identity only.
+    /// Each Service, how it was found, and whether its namespace may name the cluster's registry.
+    found: Vec<(&'a Arc<Service>, Origin, bool)>,
+    /// Labelled Services in namespaces that are not allowed, seen by their identity only.
     ignored: Vec<&'a Identity>,
-    /// Trusted namespaces that hold labelled Services, seen by their identities.
+    /// Allowed namespaces that hold labelled Services, seen by their identities.
     labelled_namespaces: BTreeSet<String>,
 }
 
 pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
     let mut candidates =
         Candidates { cluster, found: Vec::new(), ignored: Vec::new(), labelled_namespaces: BTreeSet::new() };
-    // A Service found several ways counts once, by its first source.
+    // A Service found several ways counts once, by the first way.
     let mut seen = BTreeSet::new();
-    let mut add = |service: &'a Service, source: Source, found: &mut Vec<_>| {
+    let mut add = |service: &'a Arc<Service>, origin: Origin, found: &mut Vec<_>| {
         let id = service_id(service);
-        let trusted = trusted(&id.namespace, &source, cluster, settings);
+        let allowed = allowed(&id.namespace, &origin, cluster, settings);
         if seen.insert(id) {
-            found.push((service, source, trusted));
+            found.push((service, origin, allowed));
         }
     };
     for service in &cluster.labelled_services {
-        add(service, Source::Labelled, &mut candidates.found);
+        add(service, Origin::Labelled, &mut candidates.found);
     }
-    for workload in &cluster.workloads {
-        for service in cluster.workload_namespace_services.iter().filter(|s| selects(s, workload)) {
-            add(service, Source::Workload { kind: workload.kind, name: workload.name.clone() }, &mut candidates.found);
+    for workload in cluster.workloads() {
+        for service in cluster.namespace_services.iter().filter(|s| selects(s, workload)) {
+            let origin = Origin::Workload { kind: workload.kind, name: workload.name.clone() };
+            add(service, origin, &mut candidates.found);
         }
     }
     if settings.builtin_registries {
         for service in &cluster.builtin_services {
             let id = service_id(service);
-            if (id.namespace.as_str(), id.name.as_str()) == MINIKUBE {
-                add(service, Source::Minikube, &mut candidates.found);
-            } else if (id.namespace.as_str(), id.name.as_str()) == MICROK8S {
-                add(service, Source::MicroK8s, &mut candidates.found);
+            match (id.namespace.as_str(), id.name.as_str()) {
+                MINIKUBE => add(service, Origin::Minikube, &mut candidates.found),
+                MICROK8S => add(service, Origin::MicroK8s, &mut candidates.found),
+                _ => {}
             }
         }
     }
-    // Seen by identity only: a trusted namespace's labelled Services are watched whole (and found above once they
+    // Seen by identity only: an allowed namespace's labelled Services are watched whole (and found above once they
     // are); the others are told they are ignored, unless found whole another way.
     for identity in &cluster.labelled_identities {
         let namespace = &identity.id.namespace;
-        if trusted(namespace, &Source::Labelled, cluster, settings) {
+        if allowed(namespace, &Origin::Labelled, cluster, settings) {
             candidates.labelled_namespaces.insert(namespace.clone());
         } else if !seen.contains(&identity.id) {
             candidates.ignored.push(identity);
@@ -239,60 +273,75 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
 }
 
 impl Candidates<'_> {
-    /// Every registry with what it would publish, best first.
-    pub fn registries(&self, settings: &Settings) -> Vec<Registry> {
-        let cluster = self.cluster;
-        let whole = self.found.iter().map(|(service, source, trusted)| {
-            if *trusted {
-                Registry { trusted: true, ..values::derive(service, source.clone(), cluster, settings) }
+    /// Every registry with what it would publish: the allowed ones best first, then the ignored ones.
+    pub fn registries(&self, settings: &Settings) -> Registries {
+        let mut registries = Registries::default();
+        for (service, origin, allowed) in &self.found {
+            if *allowed {
+                registries.allowed.push(values::derive(service, origin.clone(), self.cluster, settings));
             } else {
-                values::ignored(&Identity::of(&service.metadata), source.clone())
+                let identity = Identity::of(&service.metadata);
+                registries.ignored.push(Ignored {
+                    reference: identity.reference(),
+                    id: identity.id,
+                    origin: origin.clone(),
+                });
             }
+        }
+        let ignored = self.ignored.iter().map(|identity| Ignored {
+            id: identity.id.clone(),
+            origin: Origin::Labelled,
+            reference: identity.reference(),
         });
-        let ignored = self.ignored.iter().map(|identity| values::ignored(identity, Source::Labelled));
-        let mut registries: Vec<Registry> = whole.chain(ignored).collect();
-        registries.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
+        registries.ignored.extend(ignored);
+        registries.allowed.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
+        registries.ignored.sort_by(|a, b| a.id.cmp(&b.id));
         registries
     }
 
-    /// The watches these registries need.
+    /// Every watch the publisher needs: the fixed ones, and those these registries need. Nothing of an ignored
+    /// registry is watched beyond its identity, so a tenant's thousand Services cost no more than their own objects.
     pub fn interest(&self, settings: &Settings) -> Interest {
         let cluster = self.cluster;
-        let mut interest = Interest {
-            service_namespaces: cluster.workloads.iter().map(|w| w.namespace.clone()).collect(),
-            labelled_service_namespaces: self.labelled_namespaces.clone(),
-            ..Interest::default()
-        };
-        for (service, source, trusted) in &self.found {
-            // An untrusted registry is only told why it is ignored: nothing about it is watched, so a tenant's
-            // thousand Services cost no more than their own objects.
-            if !trusted {
+        let mut interest = Interest::default();
+        watched::fixed(&mut interest, settings);
+        let workload_namespaces: BTreeSet<&str> = cluster.workloads().iter().map(|w| w.namespace.as_str()).collect();
+        interest.namespace_services = workload_namespaces.into_iter().map(WatchKey::in_namespace).collect();
+        let mut pod_selectors: BTreeSet<(&str, &PodSelector)> = BTreeSet::new();
+        let mut endpoint_services: BTreeSet<ServiceId> = BTreeSet::new();
+        let mut labelled_slice_namespaces: BTreeSet<&str> = BTreeSet::new();
+        for (service, origin, allowed) in &self.found {
+            if !allowed {
                 continue;
             }
             let id = service_id(service);
-            if settings.pull_secrets.is_some()
-                && let Some(name) = values::pull_secret(service)
-            {
-                interest.pull_sources.insert((id.namespace.clone(), name));
-            }
-            if values::needs_node_address(source, settings) {
-                interest.nodes.extend(values::endpoint_nodes(cluster, &id));
+            if values::needs_node_address(origin, settings) {
+                let nodes = values::endpoint_nodes(cluster, &id);
+                interest.nodes.extend(nodes.iter().map(|name| WatchKey::everywhere().named(name)));
             }
             match pod_selector(service) {
                 Some(selector) => {
-                    interest.pod_selectors.insert((id.namespace.clone(), selector.clone()));
-                    if *source == Source::Labelled {
-                        interest.labelled_slice_namespaces.insert(id.namespace.clone());
+                    pod_selectors.insert((service.metadata.namespace.as_deref().unwrap_or_default(), selector));
+                    if *origin == Origin::Labelled {
+                        labelled_slice_namespaces.insert(service.metadata.namespace.as_deref().unwrap_or_default());
                     } else {
-                        interest.endpoint_services.insert(id);
+                        endpoint_services.insert(id);
                     }
                 }
                 // Selector-less: EndpointSlices, if any, are whatever someone wrote, labels included.
                 None => {
-                    interest.endpoint_services.insert(id);
+                    endpoint_services.insert(id);
                 }
             }
         }
+        if settings.all_namespaces() {
+            let per_namespace =
+                |namespace: &str| WatchKey::in_namespace(namespace).labels(settings.registry_selector.clone());
+            interest.labelled_services = self.labelled_namespaces.iter().map(|ns| per_namespace(ns)).collect();
+            interest.labelled_slices = labelled_slice_namespaces.into_iter().map(per_namespace).collect();
+        }
+        interest.pods = shared_pod_watches(&pod_selectors);
+        interest.endpoint_slices = shared_slice_watches(&endpoint_services);
         interest
     }
 }
@@ -300,29 +349,61 @@ impl Candidates<'_> {
 /// Whether a registry in `namespace` may name the cluster's registry. Anyone who can create a Service in a
 /// namespace could otherwise redirect every push and pull in the cluster, so only these count:
 /// - the built-in addons, in the fixed namespaces their installers own;
-/// - namespaces the controller was installed to watch (`--watch-namespaces`) or trust (`--registry-namespaces`);
+/// - namespaces the controller was installed to watch (`--watch-namespaces`) or allow (`--allowed-namespaces`);
 /// - namespaces a cluster admin labelled `local-registry-publisher.io/registries=allowed`.
-pub fn trusted(namespace: &str, source: &Source, cluster: &Cluster, settings: &Settings) -> bool {
-    matches!(source, Source::Minikube | Source::MicroK8s)
+pub fn allowed(namespace: &str, origin: &Origin, cluster: &Cluster, settings: &Settings) -> bool {
+    matches!(origin, Origin::Minikube | Origin::MicroK8s)
         || (!settings.all_namespaces() && settings.watches_namespace(namespace))
-        || settings.registry_namespaces.iter().any(|n| n == namespace)
-        || cluster.allowed_namespaces.contains(namespace)
+        || settings.allowed_namespaces.iter().any(|n| n == namespace)
+        || cluster.labelled_allowed(namespace)
 }
 
-/// Why an untrusted registry is ignored, and what a cluster admin does about it.
-pub fn untrusted_message(namespace: &str) -> String {
+/// Why a registry in a namespace that is not allowed is ignored, and what a cluster admin does about it.
+pub fn not_allowed_message(namespace: &str) -> String {
+    use crate::keys::namespace::{ALLOWED, ALLOWED_VALUE};
     format!(
         "ignored: namespace {namespace} is not allowed to name the cluster's registry, so this Service's priority and \
-         annotations count for nothing; a cluster admin allows it with `kubectl label namespace {namespace} {}={}` or \
-         --registry-namespaces",
-        crate::settings::ALLOWED_NAMESPACE_LABEL,
-        crate::settings::ALLOWED_NAMESPACE_VALUE
+         annotations count for nothing; a cluster admin allows it with `kubectl label namespace {namespace} \
+         {ALLOWED}={ALLOWED_VALUE}` or --allowed-namespaces"
     )
 }
 
-/// The watches the current registries need.
-pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
-    survey(cluster, settings).interest(settings)
+/// One pod watch per namespace and set of selector keys: `app in (zot,harbor)` holds the pods of every registry
+/// there that selects on `app` alone. That is a superset when selectors have several keys; `values` narrows it to
+/// each Service's own pods.
+fn shared_pod_watches(selectors: &BTreeSet<(&str, &PodSelector)>) -> BTreeSet<WatchKey> {
+    // (namespace, selector keys) -> each key's values.
+    type Values<'a> = BTreeMap<&'a str, BTreeSet<&'a str>>;
+    let mut groups: BTreeMap<(&str, Vec<&str>), Values> = BTreeMap::new();
+    for (namespace, selector) in selectors {
+        let keys = selector.keys().map(String::as_str).collect();
+        let values = groups.entry((namespace, keys)).or_default();
+        for (key, value) in selector.iter() {
+            values.entry(key).or_default().insert(value);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((namespace, _), values)| {
+            let selector: Selector = values.into_iter().map(|(key, values)| one_of(key, values)).collect();
+            WatchKey::in_namespace(namespace).labels(selector)
+        })
+        .collect()
+}
+
+/// One EndpointSlice watch per namespace, for the registry Services there whose slices it names.
+fn shared_slice_watches(services: &BTreeSet<ServiceId>) -> BTreeSet<WatchKey> {
+    let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for id in services {
+        names.entry(&id.namespace).or_default().insert(&id.name);
+    }
+    names
+        .into_iter()
+        .map(|(namespace, names)| {
+            let selector: Selector = one_of(values::SERVICE_NAME_LABEL, names).into();
+            WatchKey::in_namespace(namespace).labels(selector)
+        })
+        .collect()
 }
 
 /// Whether the Service's selector picks the workload's pods.
@@ -352,26 +433,37 @@ pub(crate) mod fixtures;
 mod tests {
     use super::fixtures::*;
     use super::*;
+    use crate::keys::service as annotations;
+
+    /// The text of each key's label selector, and its namespace.
+    fn keys(keys: &BTreeSet<WatchKey>) -> Vec<(String, String)> {
+        let namespace = |k: &WatchKey| k.namespace.clone().unwrap_or_else(|| "*".into());
+        keys.iter().map(|k| (namespace(k), k.label_selector().or(k.field_selector()).unwrap_or_default())).collect()
+    }
+
+    fn allow(cluster: &mut Cluster, namespace: &str) {
+        cluster.allowed_namespaces.push(Arc::new(namespace.to_string()));
+    }
 
     #[test]
     fn finds_labelled_services_workload_services_and_builtins_once_each() {
         let mut cluster = Cluster::default();
         let labelled = service("reg", "zot").build();
         cluster.labelled_services.push(labelled.clone());
-        cluster.workload_namespace_services.push(labelled);
-        cluster.workloads.push(workload("reg", "registry", &[("app", "registry")]));
-        cluster.workload_namespace_services.push(service("reg", "registry").selector(&[("app", "registry")]).build());
-        cluster.workload_namespace_services.push(service("reg", "other").selector(&[("app", "web")]).build());
+        cluster.namespace_services.push(labelled);
+        cluster.deployments.push(workload("reg", "registry", &[("app", "registry")]));
+        cluster.namespace_services.push(service("reg", "registry").selector(&[("app", "registry")]).build());
+        cluster.namespace_services.push(service("reg", "other").selector(&[("app", "web")]).build());
         cluster.builtin_services.push(service("kube-system", "registry").build());
-        let found = |settings: &Settings| -> Vec<(String, Source)> {
-            survey(&cluster, settings).found.into_iter().map(|(s, src, _)| (s.name_any(), src)).collect()
+        let found = |settings: &Settings| -> Vec<(String, Origin)> {
+            survey(&cluster, settings).found.into_iter().map(|(s, origin, _)| (s.name_any(), origin)).collect()
         };
         assert_eq!(
             found(&Settings::default()),
             [
-                ("zot".into(), Source::Labelled),
-                ("registry".into(), Source::Workload { kind: "Deployment", name: "registry".into() }),
-                ("registry".into(), Source::Minikube),
+                ("zot".into(), Origin::Labelled),
+                ("registry".into(), Origin::Workload { kind: "Deployment", name: "registry".into() }),
+                ("registry".into(), Origin::Minikube),
             ]
         );
         let settings = Settings { builtin_registries: false, ..Settings::default() };
@@ -379,7 +471,7 @@ mod tests {
     }
 
     #[test]
-    fn labelled_identities_tell_untrusted_registries_and_name_trusted_namespaces() {
+    fn labelled_identities_tell_ignored_registries_and_name_allowed_namespaces() {
         let mut cluster = Cluster::default();
         let identity = |namespace: &str, name: &str| {
             let id = ServiceId { namespace: namespace.into(), name: name.into() };
@@ -389,56 +481,46 @@ mod tests {
         cluster.labelled_identities.extend(["hijack", "builds"].map(|name| identity("tenant", name)));
         cluster.labelled_services.push(service("reg", "zot").port(None, 5000, Some(30500)).type_("NodePort").build());
         // Also a labelled workload's Service: found whole, and told once.
-        cluster.workloads.push(workload("tenant", "builder", &[("app", "builder")]));
-        cluster.workload_namespace_services.push(service("tenant", "builds").selector(&[("app", "builder")]).build());
-        let settings = Settings { registry_namespaces: vec!["reg".into()], ..Settings::default() };
+        cluster.deployments.push(workload("tenant", "builder", &[("app", "builder")]));
+        cluster.namespace_services.push(service("tenant", "builds").selector(&[("app", "builder")]).build());
+        let settings = Settings { allowed_namespaces: vec!["reg".into()], ..Settings::default() };
 
         let candidates = survey(&cluster, &settings);
         let interest = candidates.interest(&settings);
-        assert_eq!(interest.labelled_service_namespaces, BTreeSet::from(["reg".to_string()]));
-        assert!(interest.pod_selectors.iter().all(|(ns, _)| ns != "tenant"), "{interest:?}");
-        let mut registries = candidates.registries(&settings);
-        registries.sort_by(|a, b| a.id.cmp(&b.id));
-        let seen: Vec<(&str, bool, Option<&str>)> = registries
-            .iter()
-            .map(|r| (r.id.name.as_str(), r.trusted, r.document.as_ref().err().map(|p| p.reason)))
-            .collect();
+        let selector = settings.registry_selector.to_string();
+        assert_eq!(keys(&interest.labelled_services), [("reg".to_string(), selector)]);
+        assert!(interest.pods.is_empty(), "{interest:?}");
+        let registries = candidates.registries(&settings);
+        let allowed: Vec<&str> = registries.allowed.iter().map(|r| r.id.name.as_str()).collect();
         // reg/listing is not found until its namespace's whole watch holds it.
+        assert_eq!(allowed, ["zot"]);
+        let ignored: Vec<(&str, &Origin)> =
+            registries.ignored.iter().map(|r| (r.id.name.as_str(), &r.origin)).collect();
+        let builder = Origin::Workload { kind: "Deployment", name: "builder".into() };
+        assert_eq!(ignored, [("builds", &builder), ("hijack", &Origin::Labelled)]);
+        let hijack = &registries.ignored[1].reference;
         assert_eq!(
-            seen,
-            [
-                ("zot", true, None),
-                ("builds", false, Some("NamespaceNotAllowed")),
-                ("hijack", false, Some("NamespaceNotAllowed"))
-            ]
-        );
-        let hijack = &registries[2];
-        assert_eq!(hijack.source, Source::Labelled);
-        assert_eq!(registries[1].source, Source::Workload { kind: "Deployment", name: "builder".into() });
-        assert_eq!(
-            (
-                hijack.reference.kind.as_deref(),
-                hijack.reference.api_version.as_deref(),
-                hijack.reference.uid.as_deref()
-            ),
+            (hijack.kind.as_deref(), hijack.api_version.as_deref(), hijack.uid.as_deref()),
             (Some("Service"), Some("v1"), Some("uid-hijack"))
         );
     }
 
     #[test]
-    fn only_allowed_namespaces_and_the_builtins_own_namespaces_are_trusted() {
+    fn only_allowed_namespaces_and_the_builtins_own_namespaces_count() {
         let mut cluster = Cluster::default();
-        cluster.allowed_namespaces.insert("labelled-ns".into());
+        allow(&mut cluster, "labelled-ns");
         let everywhere = Settings::default();
-        let trusting = Settings { registry_namespaces: vec!["registry".into()], ..Settings::default() };
+        let allowing = Settings { allowed_namespaces: vec!["registry".into()], ..Settings::default() };
         let scoped = Settings { watch_namespaces: vec!["team".into()], ..Settings::default() };
-        let labelled = Source::Labelled;
-        assert!(!trusted("tenant", &labelled, &cluster, &everywhere), "default: not trusted");
-        assert!(trusted("labelled-ns", &labelled, &cluster, &everywhere), "a cluster admin labelled it");
-        assert!(trusted("registry", &labelled, &cluster, &trusting), "--registry-namespaces");
-        assert!(trusted("team", &labelled, &cluster, &scoped), "--watch-namespaces");
-        assert!(trusted("kube-system", &Source::Minikube, &cluster, &everywhere), "minikube's addon");
-        assert!(!trusted("kube-system", &labelled, &cluster, &everywhere), "not any Service in kube-system");
+        let labelled = Origin::Labelled;
+        assert!(!allowed("tenant", &labelled, &cluster, &everywhere), "default: not allowed");
+        assert!(allowed("labelled-ns", &labelled, &cluster, &everywhere), "a cluster admin labelled it");
+        assert!(allowed("registry", &labelled, &cluster, &allowing), "--allowed-namespaces");
+        assert!(allowed("team", &labelled, &cluster, &scoped), "--watch-namespaces");
+        assert!(!allowed("other", &labelled, &cluster, &scoped), "not another namespace when scoped");
+        assert!(allowed("kube-system", &Origin::Minikube, &cluster, &everywhere), "minikube's addon");
+        assert!(allowed("container-registry", &Origin::MicroK8s, &cluster, &everywhere), "MicroK8s's addon");
+        assert!(!allowed("kube-system", &labelled, &cluster, &everywhere), "not any Service in kube-system");
     }
 
     #[test]
@@ -449,6 +531,7 @@ mod tests {
             ("a-new", None, "2026-01-02T00:00:00Z"),
             ("old", None, "2025-01-01T00:00:00Z"),
             ("urgent", Some("10"), "2026-06-01T00:00:00Z"),
+            ("low", Some("-1"), "2020-06-01T00:00:00Z"),
         ] {
             let mut builder = service("reg", name).created(created);
             if let Some(p) = priority {
@@ -457,8 +540,8 @@ mod tests {
             cluster.labelled_services.push(builder.build());
         }
         let order: Vec<String> =
-            trusted_registries(&cluster, &Settings::default()).into_iter().map(|r| r.id.name).collect();
-        assert_eq!(order, ["urgent", "old", "a-new", "b-new"]);
+            allowed_registries(&cluster, &Settings::default()).into_iter().map(|r| r.id.name).collect();
+        assert_eq!(order, ["urgent", "old", "a-new", "b-new", "low"]);
     }
 
     #[test]
@@ -466,22 +549,103 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.labelled_services.push(service("reg", "zot").selector(&[("app", "zot")]).build());
         cluster.labelled_services.push(service("reg", "external").build());
-        cluster.workloads.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
-        cluster.workload_namespace_services.push(service("builds", "cache").selector(&[("app", "cache")]).build());
+        cluster.deployments.push(workload("builds", "kaniko-cache", &[("app", "cache")]));
+        cluster.namespace_services.push(service("builds", "cache").selector(&[("app", "cache")]).build());
         // A tenant's registries are only told they are ignored: nothing of theirs is watched.
         for i in 0..3 {
             let name = format!("hijack-{i}");
             cluster.labelled_services.push(service("tenant", &name).selector(&[("app", &name)]).build());
         }
         cluster.labelled_services.push(service("tenant", "bare").build());
-        let settings = Settings { registry_namespaces: vec!["reg".into(), "builds".into()], ..Settings::default() };
+        let settings = Settings { allowed_namespaces: vec!["reg".into(), "builds".into()], ..Settings::default() };
         let interest = interest(&cluster, &settings);
-        assert_eq!(interest.service_namespaces, BTreeSet::from(["builds".to_string()]));
-        let selector = |ns: &str, app: &str| (ns.to_string(), PodSelector::from([("app".into(), app.into())]));
-        assert_eq!(interest.pod_selectors, BTreeSet::from([selector("reg", "zot"), selector("builds", "cache")]));
-        let names: Vec<&str> = interest.endpoint_services.iter().map(|id| id.name.as_str()).collect();
-        assert_eq!(names, ["cache", "external"], "a labelled Service's slices carry its labels; these do not");
-        assert_eq!(interest.labelled_slice_namespaces, BTreeSet::from(["reg".to_string()]));
+        assert_eq!(keys(&interest.namespace_services), [("builds".to_string(), String::new())]);
+        assert_eq!(
+            keys(&interest.pods),
+            [("builds".to_string(), "app in (cache)".to_string()), ("reg".to_string(), "app in (zot)".to_string())]
+        );
+        assert_eq!(
+            keys(&interest.endpoint_slices),
+            [
+                ("builds".to_string(), "kubernetes.io/service-name in (cache)".to_string()),
+                ("reg".to_string(), "kubernetes.io/service-name in (external)".to_string())
+            ],
+            "a labelled Service's slices carry its labels; these do not"
+        );
+        let selector = settings.registry_selector.to_string();
+        assert_eq!(keys(&interest.labelled_slices), [("reg".to_string(), selector)]);
         assert!(interest.nodes.is_empty(), "localhost needs no node");
+    }
+
+    #[test]
+    fn the_fixed_watches_follow_the_settings() {
+        let everywhere = interest(&Cluster::default(), &Settings::default());
+        let selector = Settings::default().registry_selector.to_string();
+        for set in
+            [&everywhere.deployments, &everywhere.statefulsets, &everywhere.daemonsets, &everywhere.labelled_identities]
+        {
+            assert_eq!(keys(set), [("*".to_string(), selector.clone())]);
+        }
+        assert_eq!(
+            keys(&everywhere.allowed_namespaces),
+            [("*".to_string(), "local-registry-publisher.io/registries=allowed".to_string())]
+        );
+        assert_eq!(
+            keys(&everywhere.builtin_services),
+            [
+                ("container-registry".to_string(), "metadata.name=registry".to_string()),
+                ("kube-system".to_string(), "metadata.name=registry".to_string())
+            ]
+        );
+        assert_eq!(
+            keys(&everywhere.proxies),
+            [("kube-system".to_string(), "metadata.name=registry-proxy".to_string())]
+        );
+        assert_eq!(
+            keys(&everywhere.configmap),
+            [("kube-public".to_string(), "metadata.name=local-registry-hosting".to_string())]
+        );
+        assert!(everywhere.labelled_services.is_empty() && everywhere.labelled_slices.is_empty());
+
+        let scoped =
+            Settings { watch_namespaces: vec!["team".into()], builtin_registries: false, ..Settings::default() };
+        let interest = interest(&Cluster::default(), &scoped);
+        for set in [&interest.deployments, &interest.labelled_services, &interest.labelled_slices] {
+            assert_eq!(keys(set), [("team".to_string(), selector.clone())]);
+        }
+        assert!(interest.labelled_identities.is_empty() && interest.allowed_namespaces.is_empty());
+        assert!(interest.builtin_services.is_empty() && interest.proxies.is_empty());
+        let minikube_only = Settings { watch_namespaces: vec!["kube-system".into()], ..Settings::default() };
+        let interest = super::interest(&Cluster::default(), &minikube_only);
+        assert_eq!(
+            keys(&interest.builtin_services),
+            [("kube-system".to_string(), "metadata.name=registry".to_string())]
+        );
+    }
+
+    #[test]
+    fn registries_share_one_pod_watch_per_namespace_and_selector_keys() {
+        let mut owned: Vec<(String, PodSelector)> = Vec::new();
+        let selector = |pairs: &[(&str, &str)]| -> PodSelector {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        for i in 0..1000 {
+            owned.push(("tenant".into(), selector(&[("app", &format!("registry-{i}"))])));
+        }
+        owned.push(("tenant".into(), selector(&[("app", "zot"), ("tier", "cache")])));
+        owned.push(("tenant".into(), selector(&[("app", "harbor"), ("tier", "core")])));
+        owned.push(("other".into(), selector(&[("app", "zot")])));
+        let selectors: BTreeSet<(&str, &PodSelector)> = owned.iter().map(|(ns, s)| (ns.as_str(), s)).collect();
+        let watches = keys(&shared_pod_watches(&selectors));
+        assert_eq!(watches.len(), 3, "{watches:?}");
+        assert_eq!(watches[0], ("other".to_string(), "app in (zot)".to_string()));
+        assert_eq!(watches[1], ("tenant".to_string(), "app in (harbor,zot),tier in (cache,core)".to_string()));
+        assert!(watches[2].1.starts_with("app in (registry-0,registry-1,registry-10,"), "{}", watches[2].1);
+        assert!(watches[2].1.ends_with("registry-998,registry-999)"), "one watch for all thousand");
+
+        let services: BTreeSet<ServiceId> =
+            ["a", "b"].iter().map(|name| ServiceId { namespace: "tenant".into(), name: name.to_string() }).collect();
+        let slices = keys(&shared_slice_watches(&services));
+        assert_eq!(slices, [("tenant".to_string(), "kubernetes.io/service-name in (a,b)".to_string())]);
     }
 }

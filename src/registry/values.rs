@@ -1,28 +1,20 @@
 //! The values one registry Service publishes: its port, readiness, and the four document fields.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{Cluster, Identity, Problem, Registry, ServiceId, Source, service_id};
+use super::{Cluster, Fault, Identity, Origin, Problem, Registry, ServiceId, service_id};
 use crate::hosting::address::Host;
-use crate::hosting::{InvalidValue, LocalRegistryHostingV1};
+use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
+use crate::keys::service as annotations;
 use crate::settings::{NodeAddress, Settings};
 
-pub mod annotations {
-    pub const PORT: &str = "local-registry-publisher.io/port";
-    pub const HOST: &str = "local-registry-publisher.io/host";
-    pub const HOST_FROM_CONTAINER_RUNTIME: &str = "local-registry-publisher.io/host-from-container-runtime";
-    pub const HOST_FROM_CLUSTER_NETWORK: &str = "local-registry-publisher.io/host-from-cluster-network";
-    pub const HELP: &str = "local-registry-publisher.io/help";
-    pub const PRIORITY: &str = "local-registry-publisher.io/priority";
-    /// Names the Secret in the Service's namespace that holds its pull credentials (see `crate::pull`).
-    pub const PULL_SECRET: &str = "local-registry-publisher.io/pull-secret";
-}
+pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, settings: &Settings) -> Registry {
+pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, settings: &Settings) -> Registry {
     let id = service_id(service);
     let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
         None => (0, None),
@@ -33,7 +25,7 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
     };
     let document = match priority_problem {
         Some(problem) => Err(problem),
-        None => document(service, &id, &source, cluster, settings),
+        None => document(service, &id, &origin, cluster, settings),
     };
     Registry {
         ready: ready(service, &id, cluster),
@@ -41,48 +33,24 @@ pub(super) fn derive(service: &Service, source: Source, cluster: &Cluster, setti
         created: service.metadata.creation_timestamp.clone(),
         reference: Identity::of(&service.metadata).reference(),
         id,
-        source,
+        origin,
         document,
-        // Decided by the caller, which knows the allowed namespaces.
-        trusted: false,
-        pull_secret: pull_secret(service),
+        service: service.clone(),
     }
-}
-
-/// An untrusted registry: only told why it is ignored, so nothing is derived (its annotations count for nothing, and
-/// nothing about its endpoints is watched).
-pub(super) fn ignored(identity: &Identity, source: Source) -> Registry {
-    let problem = Problem { reason: "NamespaceNotAllowed", message: super::untrusted_message(&identity.id.namespace) };
-    Registry {
-        ready: false,
-        priority: 0,
-        created: identity.created.clone(),
-        reference: identity.reference(),
-        id: identity.id.clone(),
-        source,
-        document: Err(problem),
-        trusted: false,
-        pull_secret: None,
-    }
-}
-
-/// The pull-credential source Secret the Service names; an empty annotation names none.
-pub(super) fn pull_secret(service: &Service) -> Option<String> {
-    service.annotations().get(annotations::PULL_SECRET).map(|name| name.trim().to_string()).filter(|n| !n.is_empty())
 }
 
 fn document(
     service: &Service,
     id: &ServiceId,
-    source: &Source,
+    origin: &Origin,
     cluster: &Cluster,
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let spec = service.spec.clone().unwrap_or_default();
     let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
-    let port = registry_port(service, source)?;
+    let port = registry_port(service, origin)?;
     let service_port = port.map(|p| p.port);
-    let host_port = port.and_then(|p| host_port(service, p, source, cluster));
+    let host_port = port.and_then(|p| host_port(service, p, origin, cluster));
     let node_port =
         port.and_then(|p| p.node_port).filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
     // IPv6 in brackets, names lowercase without a root dot; an address that fits no rule is kept as given, for
@@ -104,11 +72,11 @@ fn document(
     let host = match (load_balancer, outside_port) {
         (Some(address), _) => Some(with_port(&address, service_port)),
         (None, Some(port)) => {
-            node_address(id, source, cluster, settings).map(|address| with_port(&address, Some(port)))
+            node_address(id, origin, cluster, settings).map(|address| with_port(&address, Some(port)))
         }
         (None, None) => None,
     };
-    let host = overridden(service, annotations::HOST, host)?;
+    let host = overridden(service, Field::Host, host)?;
     // The node's runtime reaches a hostPort or nodePort on its own loopback, whatever tools outside use.
     let runtime = outside_port.map(|port| format!("localhost:{port}")).and_then(|runtime| {
         if Some(&runtime) == host.as_ref() {
@@ -122,37 +90,24 @@ fn document(
 
     let derived = LocalRegistryHostingV1 {
         host,
-        host_from_container_runtime: overridden(service, annotations::HOST_FROM_CONTAINER_RUNTIME, runtime)?,
-        host_from_cluster_network: overridden(service, annotations::HOST_FROM_CLUSTER_NETWORK, Some(cluster_network))?,
-        help: overridden(service, annotations::HELP, settings.help_url.clone())?,
+        host_from_container_runtime: overridden(service, Field::HostFromContainerRuntime, runtime)?,
+        host_from_cluster_network: overridden(service, Field::HostFromClusterNetwork, Some(cluster_network))?,
+        help: overridden(service, Field::Help, settings.help_url.clone())?,
     };
-    derived.validate().map_err(|invalid| Problem { reason: "InvalidValue", message: not_publishable(&invalid) })?;
+    derived.validate().map_err(|invalid| Problem { fault: Fault::InvalidValue, message: not_publishable(&invalid) })?;
     Ok(derived)
 }
 
 /// Why a derived value cannot be published, and a fix that would pass: the annotation that overrides that field,
-/// with an example only when the example itself is publishable.
+/// with an example only when the example itself passes that field's rules.
 fn not_publishable(invalid: &InvalidValue) -> String {
-    let annotation = match invalid.field {
-        "host" => annotations::HOST,
-        "hostFromContainerRuntime" => annotations::HOST_FROM_CONTAINER_RUNTIME,
-        "hostFromClusterNetwork" => annotations::HOST_FROM_CLUSTER_NETWORK,
-        _ => annotations::HELP,
-    };
     let example = invalid.value.replacen("localhost:", "127.0.0.1:", 1);
-    let passes = example != invalid.value
-        && LocalRegistryHostingV1 {
-            host: Some("localhost".into()),
-            host_from_container_runtime: (invalid.field == "hostFromContainerRuntime").then(|| example.clone()),
-            host_from_cluster_network: (invalid.field == "hostFromClusterNetwork").then(|| example.clone()),
-            ..Default::default()
-        }
-        .validate()
-        .is_ok();
+    let passes = example != invalid.value && invalid.field.check(&example).is_ok();
     let fix = if passes { format!(" (for example {example:?})") } else { String::new() };
     format!(
-        "the derived document is not publishable: {invalid}; set annotation {annotation} to a value that is{fix}, \
-         or to \"\" to leave the field out"
+        "the derived document is not publishable: {invalid}; set annotation {} to a value that is{fix}, \
+         or to \"\" to leave the field out",
+        invalid.field.annotation()
     )
 }
 
@@ -167,8 +122,10 @@ fn preferred_address<'a>(addresses: impl Iterator<Item = &'a str> + Clone) -> Op
     addresses.min_by_key(|address| family(address)).map(str::to_string)
 }
 
-/// The annotation's value when set (an empty value leaves the field out), else the derived one.
-fn overridden(service: &Service, key: &'static str, derived: Option<String>) -> Result<Option<String>, Problem> {
+/// The field's annotation when set (an empty value leaves the field out), else the derived value. The annotation's
+/// value is checked on its own here; the whole document is validated after derivation.
+fn overridden(service: &Service, field: Field, derived: Option<String>) -> Result<Option<String>, Problem> {
+    let key = field.annotation();
     let Some(value) = service.annotations().get(key) else {
         return Ok(derived);
     };
@@ -176,30 +133,16 @@ fn overridden(service: &Service, key: &'static str, derived: Option<String>) -> 
     if value.is_empty() {
         return Ok(None);
     }
-    let field = match key {
-        annotations::HOST => LocalRegistryHostingV1 { host: Some(value.into()), ..Default::default() },
-        // Checked alone, a runtime host would break "no pull host without a push host"; the whole document is
-        // validated again after derivation, so the placeholder only lets this field's own rules speak.
-        annotations::HOST_FROM_CONTAINER_RUNTIME => LocalRegistryHostingV1 {
-            host: Some("localhost".into()),
-            host_from_container_runtime: Some(value.into()),
-            ..Default::default()
-        },
-        annotations::HOST_FROM_CLUSTER_NETWORK => {
-            LocalRegistryHostingV1 { host_from_cluster_network: Some(value.into()), ..Default::default() }
-        }
-        _ => LocalRegistryHostingV1::help_only(value.into()),
-    };
-    field.validate().map_err(|invalid| invalid_annotation(key, value, &invalid.reason))?;
+    field.check(value).map_err(|reason| invalid_annotation(key, value, &reason))?;
     Ok(Some(value.to_string()))
 }
 
 fn invalid_annotation(key: &str, value: &str, reason: &str) -> Problem {
-    Problem { reason: "InvalidAnnotation", message: format!("annotation {key}={value:?} {reason}") }
+    Problem { fault: Fault::InvalidAnnotation, message: format!("annotation {key}={value:?} {reason}") }
 }
 
 /// The port named `registry`, else the one the port annotation names, else the only one.
-fn registry_port<'a>(service: &'a Service, source: &Source) -> Result<Option<&'a ServicePort>, Problem> {
+fn registry_port<'a>(service: &'a Service, origin: &Origin) -> Result<Option<&'a ServicePort>, Problem> {
     let ports: &[ServicePort] = service.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
     if let Some(port) = ports.iter().find(|p| p.name.as_deref() == Some("registry")) {
         return Ok(Some(port));
@@ -219,7 +162,7 @@ fn registry_port<'a>(service: &'a Service, source: &Source) -> Result<Option<&'a
             });
     }
     // minikube's Service serves plain HTTP on 80 and, in some versions, TLS on 443.
-    if *source == Source::Minikube
+    if *origin == Origin::Minikube
         && let Some(port) = ports.iter().find(|p| p.port == 80)
     {
         return Ok(Some(port));
@@ -227,9 +170,9 @@ fn registry_port<'a>(service: &'a Service, source: &Source) -> Result<Option<&'a
     match ports {
         [only] => Ok(Some(only)),
         [] if is_external_name(service) => Ok(None),
-        [] => Err(Problem { reason: "NoPort", message: "the Service has no ports".into() }),
+        [] => Err(Problem { fault: Fault::NoPort, message: "the Service has no ports".into() }),
         _ => Err(Problem {
-            reason: "AmbiguousPort",
+            fault: Fault::AmbiguousPort,
             message: format!(
                 "the Service has {} ports ({}): name one \"registry\" or set annotation {}",
                 ports.len(),
@@ -257,8 +200,8 @@ fn is_external_name(service: &Service) -> bool {
 
 /// A hostPort that reaches the registry: on the proxy DaemonSet (minikube), else on a registry pod's container
 /// port that the Service port targets.
-fn host_port(service: &Service, port: &ServicePort, source: &Source, cluster: &Cluster) -> Option<i32> {
-    if *source == Source::Minikube {
+fn host_port(service: &Service, port: &ServicePort, origin: &Origin, cluster: &Cluster) -> Option<i32> {
+    if *origin == Origin::Minikube {
         let proxy_ports = cluster
             .proxies
             .iter()
@@ -290,13 +233,13 @@ fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterato
     })
 }
 
-pub(super) fn needs_node_address(source: &Source, settings: &Settings) -> bool {
-    *source == Source::Minikube || settings.node_address == NodeAddress::InternalIp
+pub(super) fn needs_node_address(origin: &Origin, settings: &Settings) -> bool {
+    *origin == Origin::Minikube || settings.node_address == NodeAddress::InternalIp
 }
 
 /// How tools outside the cluster reach this registry's node. minikube is always reached at its node's IP.
-fn node_address(id: &ServiceId, source: &Source, cluster: &Cluster, settings: &Settings) -> Option<String> {
-    if needs_node_address(source, settings) {
+fn node_address(id: &ServiceId, origin: &Origin, cluster: &Cluster, settings: &Settings) -> Option<String> {
+    if needs_node_address(origin, settings) {
         let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
         let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
         let addresses = node.status.as_ref()?.addresses.as_ref()?;
@@ -328,7 +271,7 @@ fn slices_of<'a>(
     cluster: &'a Cluster,
     id: &'a ServiceId,
 ) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice> {
-    cluster.endpoint_slices.iter().map(AsRef::as_ref).filter(move |slice| {
+    cluster.slices().filter(move |slice| {
         slice.namespace().as_deref() == Some(id.namespace.as_str())
             && slice.labels().get(SERVICE_NAME_LABEL) == Some(&id.name)
     })
@@ -350,9 +293,10 @@ fn ready(service: &Service, id: &ServiceId, cluster: &Cluster) -> bool {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+    use crate::keys::service as annotations;
 
     fn publish(cluster: &Cluster, settings: &Settings) -> Result<LocalRegistryHostingV1, Problem> {
-        let registries = trusted_registries(cluster, settings);
+        let registries = allowed_registries(cluster, settings);
         assert_eq!(registries.len(), 1, "one registry expected");
         registries.into_iter().next().map(|r| r.document).expect("a registry")
     }
@@ -525,7 +469,7 @@ mod tests {
 
         // "localhost:5000" would be read as the host line by line-based readers; 127.0.0.1 is the same address.
         let problem = publish(&external("localhost"), &Settings::default()).expect_err("host: rule");
-        assert_eq!(problem.reason, "InvalidValue");
+        assert_eq!(problem.fault, Fault::InvalidValue);
         assert!(
             problem.message.contains(annotations::HOST_FROM_CLUSTER_NETWORK)
                 && problem.message.contains("\"127.0.0.1:5000\""),
@@ -580,7 +524,7 @@ mod tests {
         for (key, value, needle) in cases {
             let cluster = labelled(service("reg", "zot").port(Some("http"), 5000, None).annotation(key, value));
             let problem = publish(&cluster, &Settings::default()).expect_err(key);
-            assert_eq!(problem.reason, "InvalidAnnotation", "{key}");
+            assert_eq!(problem.fault, Fault::InvalidAnnotation, "{key}");
             assert!(problem.message.contains(key) && problem.message.contains(needle), "{}", problem.message);
         }
     }
@@ -589,14 +533,14 @@ mod tests {
     fn port_is_the_one_named_registry_else_annotated_else_the_only_one() {
         let two = || service("reg", "zot").port(Some("http"), 80, None).port(Some("debug"), 5001, None);
         let problem = publish(&labelled(two()), &Settings::default()).unwrap_err();
-        assert_eq!(problem.reason, "AmbiguousPort");
+        assert_eq!(problem.fault, Fault::AmbiguousPort);
         assert!(problem.message.contains("http=80, debug=5001"), "{}", problem.message);
         let annotated = publish(&labelled(two().annotation(annotations::PORT, "debug")), &Settings::default()).unwrap();
         assert_eq!(annotated.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5001"));
         let named = publish(&labelled(two().port(Some("registry"), 5000, None)), &Settings::default()).unwrap();
         assert_eq!(named.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5000"));
         let none = publish(&labelled(service("reg", "zot")), &Settings::default()).unwrap_err();
-        assert_eq!(none.reason, "NoPort");
+        assert_eq!(none.fault, Fault::NoPort);
     }
 
     #[test]
@@ -643,15 +587,15 @@ mod tests {
         let settings = Settings::default();
         let selected = || service("reg", "zot").selector(&[("app", "zot")]).port(None, 5000, None);
         let mut cluster = labelled(selected());
-        assert!(!trusted_registries(&cluster, &settings)[0].ready, "no slice yet");
+        assert!(!allowed_registries(&cluster, &settings)[0].ready, "no slice yet");
         cluster.endpoint_slices.push(slice("reg", "zot", &[(false, "n")]));
-        assert!(!trusted_registries(&cluster, &settings)[0].ready, "only unready endpoints");
+        assert!(!allowed_registries(&cluster, &settings)[0].ready, "only unready endpoints");
         cluster.endpoint_slices.push(slice("reg", "zot", &[(true, "n")]));
-        assert!(trusted_registries(&cluster, &settings)[0].ready);
+        assert!(allowed_registries(&cluster, &settings)[0].ready);
         let selectorless = labelled(service("reg", "manual").port(None, 5000, None));
-        assert!(trusted_registries(&selectorless, &settings)[0].ready);
+        assert!(allowed_registries(&selectorless, &settings)[0].ready);
         let external =
             labelled(service("reg", "ext").type_("ExternalName").external_name("r.example").port(None, 5000, None));
-        assert!(trusted_registries(&external, &settings)[0].ready);
+        assert!(allowed_registries(&external, &settings)[0].ready);
     }
 }

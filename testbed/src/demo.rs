@@ -52,7 +52,8 @@ pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     step(&format!("Starting the controller: {}", controller.display()));
     let mut child = Command::new(controller)
         .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-        .arg("--help-url=https://github.com/local-registry-publisher/local-registry-publisher#readme")
+        // The standard itself: a page that exists, unlike a home page this project does not have yet.
+        .arg("--help-url=https://github.com/kubernetes/enhancements/tree/master/keps/sig-cluster-lifecycle/generic/1755-communicating-a-local-registry")
         // Any free port: the demo must not depend on 8080 being free.
         .arg("--http-address=127.0.0.1:0")
         .stdin(Stdio::null())

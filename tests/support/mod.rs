@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use local_registry_publisher::controller::{Context, Publisher};
+use local_registry_publisher::controller::{Context, Controller};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use local_registry_publisher::settings::Settings;
 use serde_json::Value;
@@ -85,8 +85,8 @@ impl Scenario {
 
     pub fn start_with(&self, context: Context) -> Running {
         let (stop, stopped) = oneshot::channel();
-        let publisher = Publisher::new(self.client.clone(), self.settings.clone(), context);
-        let task = tokio::spawn(publisher.run(async move {
+        let controller = Controller::new(self.client.clone(), self.settings.clone(), context);
+        let task = tokio::spawn(controller.run(async move {
             let _ = stopped.await;
         }));
         Running { stop: Some(stop), task }

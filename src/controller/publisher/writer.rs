@@ -7,8 +7,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 
 use super::Error;
+use crate::keys::MANAGER;
 use crate::metrics::Metrics;
-use crate::plan::{Existing, MANAGER};
 use crate::settings::Settings;
 
 pub struct ConfigMapWriter {
@@ -33,7 +33,7 @@ impl ConfigMapWriter {
         self.api.get_opt(&self.name).await.map_err(|source| Error::Read { target: self.target.clone(), source })
     }
 
-    /// Applies exactly the fields in `configmap` as ours (see [`crate::plan::desired_configmap`]); returns the
+    /// Applies exactly the fields in `configmap` as ours (see [`crate::hosting::configmap::desired`]); returns the
     /// resourceVersion written.
     pub async fn apply(&self, configmap: &ConfigMap) -> Result<String, Error> {
         let params = PatchParams::apply(MANAGER).force();
@@ -46,10 +46,10 @@ impl ConfigMapWriter {
         Ok(written.resource_version().unwrap_or_default())
     }
 
-    /// Deletes the ConfigMap if it is still the one `existing` describes. `Ok(false)` when it was already gone.
-    pub async fn delete(&self, existing: Option<&Existing>) -> Result<bool, Error> {
-        let preconditions =
-            existing.map(|e| Preconditions { uid: e.uid.clone(), resource_version: e.resource_version.clone() });
+    /// Deletes the ConfigMap if it is still the version read (its uid and resourceVersion). `Ok(false)` when it was
+    /// already gone.
+    pub async fn delete(&self, uid: Option<String>, resource_version: Option<String>) -> Result<bool, Error> {
+        let preconditions = Some(Preconditions { uid, resource_version });
         let params = DeleteParams { preconditions, ..DeleteParams::default() };
         match self.api.delete(&self.name, &params).await {
             Ok(_) => {

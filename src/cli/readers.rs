@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::hosting::LocalRegistryHostingV1;
+use crate::hosting::{Field, LocalRegistryHostingV1};
 
 /// One reader's view of the document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -48,33 +48,26 @@ pub fn verdicts(text: &str) -> Vec<Verdict> {
             return [TILT, SKAFFOLD, IN_CLUSTER, LINE_BASED].map(|r| Verdict::problem(r, why.clone())).to_vec();
         }
     };
-    let field_problem = |field: &'static str, value: &Option<String>| -> Option<String> {
-        let single = match field {
-            "host" => LocalRegistryHostingV1 { host: value.clone(), ..Default::default() },
-            "hostFromContainerRuntime" => LocalRegistryHostingV1 {
-                host: Some("localhost".into()),
-                host_from_container_runtime: value.clone(),
-                ..Default::default()
-            },
-            _ => LocalRegistryHostingV1 { host_from_cluster_network: value.clone(), ..Default::default() },
-        };
-        single.validate().err().map(|invalid| format!("{field} {:?} {}", invalid.value, invalid.reason))
+    let field_problem = |field: Field, value: &Option<String>| -> Option<String> {
+        let value = value.as_deref()?;
+        field.check(value).err().map(|reason| format!("{field} {value:?} {reason}"))
     };
     let host = document.host.clone();
     // The runtime line is checked as written; without one, readers pull from host, already checked as host.
     let runtime = document.host_from_container_runtime.clone();
 
     // Tilt and ctlptl push to host and name images for pods by hostFromContainerRuntime, else host.
-    let tilt = match (&host, field_problem("host", &host), field_problem("hostFromContainerRuntime", &runtime)) {
-        (None, _, _) => Verdict::nothing(TILT, "no host: they find no registry"),
-        (_, Some(problem), _) | (_, None, Some(problem)) => Verdict::problem(TILT, problem),
-        (Some(host), None, None) => {
-            let pulls = runtime.clone().unwrap_or_else(|| host.clone());
-            Verdict::ok(TILT, if &pulls == host { host.clone() } else { format!("push {host}, pods pull {pulls}") })
-        }
-    };
+    let tilt =
+        match (&host, field_problem(Field::Host, &host), field_problem(Field::HostFromContainerRuntime, &runtime)) {
+            (None, _, _) => Verdict::nothing(TILT, "no host: they find no registry"),
+            (_, Some(problem), _) | (_, None, Some(problem)) => Verdict::problem(TILT, problem),
+            (Some(host), None, None) => {
+                let pulls = runtime.clone().unwrap_or_else(|| host.clone());
+                Verdict::ok(TILT, if &pulls == host { host.clone() } else { format!("push {host}, pods pull {pulls}") })
+            }
+        };
     // Skaffold reads host alone, and counts a present but empty one as a registry.
-    let skaffold = match (&host, field_problem("host", &host)) {
+    let skaffold = match (&host, field_problem(Field::Host, &host)) {
         (None, _) if text.lines().any(|l| l.trim_start().starts_with("host:")) => {
             Verdict::problem(SKAFFOLD, "host is present but empty: Skaffold counts it as a registry named \"\"")
         }
@@ -82,10 +75,11 @@ pub fn verdicts(text: &str) -> Vec<Verdict> {
         (_, Some(problem)) => Verdict::problem(SKAFFOLD, problem),
         (Some(host), None) => Verdict::ok(SKAFFOLD, host.clone()),
     };
-    // In-cluster builders (Camel K, SonataFlow, kpack scripts) reach hostFromClusterNetwork, else host.
-    let cluster = document.host_from_cluster_network.clone().or_else(|| host.clone());
-    let in_cluster = match (&cluster, field_problem("hostFromClusterNetwork", &cluster)) {
-        (None, _) => Verdict::nothing(IN_CLUSTER, "neither hostFromClusterNetwork nor host: they find no registry"),
+    // In-cluster builders (Camel K, SonataFlow) read hostFromClusterNetwork alone: without it, the KEP says they
+    // must assume they cannot use the registry.
+    let cluster = document.host_from_cluster_network.clone();
+    let in_cluster = match (&cluster, field_problem(Field::HostFromClusterNetwork, &cluster)) {
+        (None, _) => Verdict::nothing(IN_CLUSTER, "no hostFromClusterNetwork: they find no registry"),
         (_, Some(problem)) => Verdict::problem(IN_CLUSTER, problem),
         (Some(value), None) => Verdict::ok(IN_CLUSTER, value.clone()),
     };
@@ -147,5 +141,14 @@ mod tests {
         assert!(bare[0].problem.as_deref().is_some_and(|p| p.contains("Docker Hub")), "{bare:?}");
         let broken = verdicts("host: [unclosed");
         assert!(broken.iter().all(|v| v.problem.as_deref().is_some_and(|p| p.contains("not YAML"))));
+    }
+
+    #[test]
+    fn a_host_only_document_has_nothing_for_in_cluster_builders_and_nothing_wrong() {
+        // MicroK8s's and kind's documents: host and help only.
+        let verdicts = verdicts("host: \"localhost:32000\"\nhelp: \"https://microk8s.io/docs/registry-built-in\"\n");
+        assert!(verdicts.iter().all(|v| v.problem.is_none()), "{verdicts:?}");
+        assert_eq!(verdicts[2].uses, None);
+        assert!(verdicts[2].note.as_deref().is_some_and(|n| n.contains("no hostFromClusterNetwork")), "{verdicts:?}");
     }
 }

@@ -7,23 +7,23 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::Error;
+use crate::controller::Error;
+use crate::keys::MANAGER;
 use crate::metrics::Metrics;
-use crate::plan::{MANAGER, Notice};
-use crate::pull::{AccountPatch, Plan};
+use crate::pull::{AccountPatch, Notice, Plan, Reason};
 
-pub(super) struct PullWriter {
+pub struct PullWriter {
     client: Client,
     metrics: Metrics,
 }
 
 impl PullWriter {
-    pub(super) fn new(client: Client, metrics: Metrics) -> Self {
+    pub fn new(client: Client, metrics: Metrics) -> Self {
         Self { client, metrics }
     }
 
     /// Writes what `plan` says; refusals become notices on `regarding` (the registry) and the first is returned.
-    pub(super) async fn carry_out(
+    pub async fn carry_out(
         &self,
         plan: &Plan,
         regarding: Option<&ObjectReference>,
@@ -36,8 +36,7 @@ impl PullWriter {
             if let Some(regarding) = regarding {
                 notices.push(Notice {
                     regarding: regarding.clone(),
-                    warning: true,
-                    reason: "PullSecretFailed",
+                    reason: Reason::PullSecretFailed,
                     message: format!("could not {operation} {}: {}", error.target(), error.refusal()).into(),
                 });
             }

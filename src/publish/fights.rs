@@ -17,8 +17,9 @@ const REMEMBERED: usize = 8;
 /// The state "no ConfigMap", as left by our own delete.
 const ABSENT: &str = "";
 
+/// Whether a write may go now.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Gate {
     Write,
     /// Do not write before `until`; `started` is true when this correction started (or escalated) the hold.
     Hold {
@@ -28,7 +29,7 @@ pub enum Verdict {
     },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Fights {
     ours: VecDeque<String>,
     corrections: VecDeque<Instant>,
@@ -52,29 +53,29 @@ impl Fights {
     }
 
     /// Asked before each write, with the stored ConfigMap's resourceVersion (`None`: there is none).
-    pub fn before_write(&mut self, stored: Option<&str>, now: Instant) -> Verdict {
+    pub fn before_write(&mut self, stored: Option<&str>, now: Instant) -> Gate {
         self.corrections.retain(|at| now.duration_since(*at) < WINDOW);
         if self.corrections.is_empty() && self.hold_until.is_none_or(|until| now >= until + WINDOW) {
             self.hold = FIRST_HOLD;
         }
         if let Some(until) = self.hold_until.filter(|until| now < *until) {
-            return Verdict::Hold { until, started: false, hold: self.hold };
+            return Gate::Hold { until, started: false, hold: self.hold };
         }
         let stored = stored.unwrap_or(ABSENT);
         let correction = !self.ours.is_empty() && !self.ours.iter().any(|rv| rv == stored);
         if !correction {
-            return Verdict::Write;
+            return Gate::Write;
         }
         self.corrections.push_back(now);
         if self.corrections.len() < CORRECTIONS_TO_FIGHT {
-            return Verdict::Write;
+            return Gate::Write;
         }
         let hold = self.hold;
         let until = now + hold;
         self.hold_until = Some(until);
         self.hold = (self.hold * 2).min(LONGEST_HOLD);
         self.corrections.clear();
-        Verdict::Hold { until, started: true, hold }
+        Gate::Hold { until, started: true, hold }
     }
 }
 
@@ -86,29 +87,29 @@ mod tests {
     fn one_manual_edit_is_corrected_at_once_and_a_fight_backs_off_doubling() {
         let start = Instant::now();
         let mut fights = Fights::default();
-        assert_eq!(fights.before_write(None, start), Verdict::Write, "the first write");
+        assert_eq!(fights.before_write(None, start), Gate::Write, "the first write");
         fights.wrote(Some("1".into()));
-        assert_eq!(fights.before_write(Some("1"), start), Verdict::Write, "our own state: no correction");
-        assert_eq!(fights.before_write(Some("2"), start), Verdict::Write, "one manual edit");
+        assert_eq!(fights.before_write(Some("1"), start), Gate::Write, "our own state: no correction");
+        assert_eq!(fights.before_write(Some("2"), start), Gate::Write, "one manual edit");
         fights.wrote(Some("3".into()));
-        assert_eq!(fights.before_write(Some("4"), start), Verdict::Write);
+        assert_eq!(fights.before_write(Some("4"), start), Gate::Write);
         fights.wrote(Some("5".into()));
         let third = start + Duration::from_secs(1);
-        let Verdict::Hold { until, started: true, hold } = fights.before_write(Some("6"), third) else {
+        let Gate::Hold { until, started: true, hold } = fights.before_write(Some("6"), third) else {
             panic!("three corrections in a minute are a fight")
         };
         assert_eq!((until - third, hold), (FIRST_HOLD, FIRST_HOLD));
         assert!(matches!(
             fights.before_write(Some("7"), third + Duration::from_secs(10)),
-            Verdict::Hold { started: false, .. }
+            Gate::Hold { started: false, .. }
         ));
         // After the hold, the fight goes on: the next hold is twice as long.
         let later = until;
         for (i, rv) in ["8", "9"].into_iter().enumerate() {
-            assert_eq!(fights.before_write(Some(rv), later + Duration::from_secs(i as u64)), Verdict::Write);
+            assert_eq!(fights.before_write(Some(rv), later + Duration::from_secs(i as u64)), Gate::Write);
             fights.wrote(Some(format!("ours-{i}")));
         }
-        let Verdict::Hold { hold, .. } = fights.before_write(Some("10"), later + Duration::from_secs(2)) else {
+        let Gate::Hold { hold, .. } = fights.before_write(Some("10"), later + Duration::from_secs(2)) else {
             panic!("still fighting")
         };
         assert_eq!(hold, FIRST_HOLD * 2);
@@ -120,14 +121,14 @@ mod tests {
         let mut fights = Fights::default();
         fights.wrote(Some("1".into()));
         fights.wrote(None);
-        assert_eq!(fights.before_write(None, start), Verdict::Write, "absent because we deleted it");
+        assert_eq!(fights.before_write(None, start), Gate::Write, "absent because we deleted it");
         for (i, rv) in ["a", "b"].into_iter().enumerate() {
-            assert_eq!(fights.before_write(Some(rv), start), Verdict::Write);
+            assert_eq!(fights.before_write(Some(rv), start), Gate::Write);
             fights.wrote(Some(format!("ours-{i}")));
         }
-        assert!(matches!(fights.before_write(Some("c"), start), Verdict::Hold { .. }));
+        assert!(matches!(fights.before_write(Some("c"), start), Gate::Hold { .. }));
         let quiet = start + FIRST_HOLD + WINDOW + Duration::from_secs(1);
-        assert_eq!(fights.before_write(Some("ours-1"), quiet), Verdict::Write);
+        assert_eq!(fights.before_write(Some("ours-1"), quiet), Gate::Write);
         assert_eq!(fights.hold, FIRST_HOLD, "the next fight starts from the first hold again");
     }
 }

@@ -17,12 +17,13 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 
-use crate::cli::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
+use super::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, readers};
+use crate::controller::{publisher, pull as pull_task};
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
-use crate::plan::{self, Action, Readiness};
-use crate::registry::annotations;
+use crate::keys;
+use crate::publish::{self, Action, Memory, Published, Reason};
 use crate::settings::{PullSecrets, Settings};
-use crate::{probe, pull, readers, registry};
+use crate::{pull, registry};
 
 /// How long the cluster snapshot and the probe pod may take.
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,53 +75,58 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
 
     println!("\n== From the cluster (what the controller sees and decides)");
     println!("  reading the registries, their endpoints and the ConfigMap...");
-    let Ok((cluster, existing, pulled)) =
-        tokio::time::timeout(CLUSTER_TIMEOUT, crate::controller::snapshot(&client, settings)).await
-    else {
+    let Ok(cluster) = tokio::time::timeout(CLUSTER_TIMEOUT, publisher::observe(&client, settings)).await else {
         eprintln!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
         return ExitCode::from(EXIT_UNREACHABLE);
     };
     let registries = registry::registries(&cluster, settings);
-    let now = Instant::now();
-    let mut readiness = Readiness::default();
-    readiness.observe(&registries, now);
-    let decision = plan::decide(&registries, existing.as_ref(), &readiness, now, settings);
-    if registries.is_empty() {
-        println!("  no registry: no Service matches {:?} in an allowed namespace", settings.registry_selector);
-    }
-    let winner = match &decision.action {
-        Action::Apply { source, .. } => source.clone(),
-        _ => None,
+    let memory = Memory::default();
+    let stored = cluster.stored();
+    let input = publish::Input {
+        registries: &registries,
+        stored,
+        memory: &memory,
+        leading: true,
+        now: Instant::now(),
+        settings,
     };
-    let events = controller_events(&client, registries.iter().map(|r| r.id.namespace.as_str())).await;
-    for registry in &registries {
-        let state = format!(
-            "{}, priority {}, {}, {}",
-            registry.source,
-            registry.priority,
-            if registry.ready { "ready" } else { "not ready" },
-            if registry.trusted { "allowed" } else { "namespace not allowed" }
+    let decision = publish::decide(&input);
+    if registries.allowed.is_empty() && registries.ignored.is_empty() {
+        println!(
+            "  no registry: no Service matches {:?} in an allowed namespace",
+            settings.registry_selector.to_string()
         );
-        let said: Vec<&str> = decision
-            .notices
-            .iter()
-            .filter(|n| n.regarding.name.as_deref() == Some(registry.id.name.as_str()))
-            .filter(|n| n.regarding.namespace.as_deref() == Some(registry.id.namespace.as_str()))
-            .map(|n| &*n.message)
-            .collect();
-        let verdict = if winner.as_ref() == Some(&registry.id) || said.iter().any(|m| m.starts_with("published")) {
+    }
+    let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
+    let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
+    let said = |id: &registry::ServiceId| -> Vec<&publish::Notice> {
+        decision.notices.iter().filter(|n| n.regards(&id.namespace, &id.name)).collect()
+    };
+    for registry in &registries.allowed {
+        let state = format!(
+            "{}, priority {}, {}, allowed",
+            registry.origin,
+            registry.priority,
+            if registry.ready { "ready" } else { "not ready" }
+        );
+        let notices = said(&registry.id);
+        let verdict = if notices.iter().any(|n| n.reason == Reason::Published) {
             "published".to_string()
         } else {
-            said.join("; ")
+            notices.iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ")
         };
         println!("  {} ({state}): {verdict}", registry.id);
         if let Some((reason, note)) = last_event(&events, &registry.id) {
             println!("    the controller's last Event on it: {reason}: {note}");
         }
     }
-    let stale = match (&decision.action, &existing) {
-        (_, Some(existing)) if !existing.owned => {
-            let writer = existing.writer.as_deref().unwrap_or("another tool");
+    for ignored in &registries.ignored {
+        let verdict = said(&ignored.id).iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ");
+        println!("  {} ({}, namespace not allowed): {verdict}", ignored.id, ignored.origin);
+    }
+    let stale = match (&decision.action, stored) {
+        (_, Some(stored)) if !stored.owned => {
+            let writer = stored.writer.as_deref().unwrap_or("another tool");
             println!("  the ConfigMap was written by {writer}; the controller changes it only with --take-over");
             false
         }
@@ -131,11 +137,11 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
             }
             decision.held_back.is_some()
         }
-        (Action::Apply { document, .. }, _) => {
+        (Action::Apply { document: Some(document), .. }, _) => {
             println!("  the ConfigMap is STALE: the controller would publish {document}");
             true
         }
-        (_, _) => {
+        (Action::Apply { document: None, .. } | Action::Delete { .. }, _) => {
             println!("  the ConfigMap is STALE: the controller would withdraw it");
             true
         }
@@ -143,8 +149,13 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     wrong |= stale;
     controllers(&client).await;
     if let Some(pull) = &settings.pull_secrets {
-        let registry = plan::published_registry(&decision.action, existing.as_ref(), &registries);
-        wrong |= !pull_credentials(registry, &pulled, pull);
+        let published = decision.published.as_ref();
+        let Ok(observed) = tokio::time::timeout(CLUSTER_TIMEOUT, pull_task::observe(&client, published, pull)).await
+        else {
+            eprintln!("error: the pull credentials' objects could not be read within {CLUSTER_TIMEOUT:?}");
+            return ExitCode::from(EXIT_UNREACHABLE);
+        };
+        wrong |= !pull_credentials(published, &observed, pull);
     }
 
     if let Some(from_cluster) = from_cluster {
@@ -165,19 +176,22 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
 
 /// The pull credentials' state (`--pull-secrets`): where they should be, where they are, and what is wrong.
 /// Returns whether all is well.
-fn pull_credentials(registry: Option<&registry::Registry>, observed: &pull::Observed, settings: &PullSecrets) -> bool {
+fn pull_credentials(published: Option<&Published>, observed: &pull::Observed, settings: &PullSecrets) -> bool {
+    use keys::namespace::{PULL_SECRET_WANTED, PULL_SECRET_WANTED_VALUE};
     println!(
-        "\n== Pull credentials (Secret {} in namespaces labelled {}={})",
+        "\n== Pull credentials (Secret {} in namespaces labelled {PULL_SECRET_WANTED}={PULL_SECRET_WANTED_VALUE})",
         settings.name,
-        pull::NAMESPACE_LABEL,
-        pull::NAMESPACE_VALUE
     );
-    match registry.map(|r| (r, &r.pull_secret)) {
+    match published.map(|p| (p, pull::credentials_secret(p))) {
         None => println!("  no registry is published, so none are distributed"),
-        Some((r, None)) => println!("  registry {} names no source Secret ({})", r.id, annotations::PULL_SECRET),
-        Some((r, Some(source))) => println!("  registry {} names the source Secret {}/{source}", r.id, r.id.namespace),
+        Some((p, None)) => {
+            println!("  registry {} names no credentials Secret ({})", p.registry, keys::service::PULL_SECRET);
+        }
+        Some((p, Some((namespace, name)))) => {
+            println!("  registry {} names the credentials Secret {namespace}/{name}", p.registry);
+        }
     }
-    let labelled: Vec<&str> = observed.namespaces.iter().map(String::as_str).collect();
+    let labelled: Vec<&str> = observed.namespaces.iter().map(|n| n.as_str()).collect();
     println!("  labelled namespaces: {}", if labelled.is_empty() { "none".into() } else { labelled.join(", ") });
     let holding: Vec<String> =
         observed.secrets.iter().filter(|s| pull::is_ours(s)).filter_map(|s| s.namespace()).collect();
@@ -185,9 +199,9 @@ fn pull_credentials(registry: Option<&registry::Registry>, observed: &pull::Obse
         "  holding the controller's Secret: {}",
         if holding.is_empty() { "none".into() } else { holding.join(", ") }
     );
-    let plan = pull::plan(registry, observed, settings);
+    let plan = pull::plan(published, observed, settings);
     for notice in &plan.notices {
-        println!("  PROBLEM ({}): {}", notice.reason, notice.message);
+        println!("  PROBLEM ({}): {}", notice.reason.as_str(), notice.message);
     }
     let namespaces = |secrets: Vec<String>| secrets.join(", ");
     if !plan.apply.is_empty() {
@@ -223,7 +237,7 @@ async fn controller_events<'a>(
     for namespace in namespaces.collect::<std::collections::BTreeSet<_>>() {
         let api: Api<Event> = Api::namespaced(client.clone(), namespace);
         let ours = api.list(&ListParams::default()).await.map(|list| list.items).unwrap_or_default();
-        let ours = ours.into_iter().filter(|e| e.reporting_controller.as_deref() == Some(crate::plan::MANAGER));
+        let ours = ours.into_iter().filter(|e| e.reporting_controller.as_deref() == Some(keys::MANAGER));
         found.insert(namespace.to_string(), ours.collect());
     }
     found

@@ -1,0 +1,85 @@
+//! `get`: the published document, and what each known reader will use of it.
+
+use std::process::ExitCode;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::Api;
+use serde::Serialize;
+
+use super::readers::{self, Verdict};
+use super::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
+use crate::config::OutputFormat;
+use crate::hosting::DATA_KEY;
+use crate::hosting::configmap::Stored;
+use crate::settings::Settings;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    configmap: String,
+    /// Who wrote it: our managed-by label's value, or the first field manager.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    writer: Option<String>,
+    ours: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    document: Option<String>,
+    readers: Vec<Verdict>,
+}
+
+/// `get`: reads the published ConfigMap and says what each reader will use.
+pub async fn get(client: Client, settings: &Settings, output: OutputFormat) -> ExitCode {
+    let target = settings.target();
+    let api: Api<ConfigMap> = Api::namespaced(client, &settings.configmap_namespace);
+    let configmap = match api.get_opt(&settings.configmap_name).await {
+        Ok(configmap) => configmap,
+        Err(error) => {
+            eprintln!("error: cannot read ConfigMap {target}: {error}");
+            return ExitCode::from(EXIT_UNREACHABLE);
+        }
+    };
+    let existing = configmap.as_ref().map(Stored::read);
+    let text = existing.as_ref().and_then(|e| e.text.clone());
+    let report = Report {
+        configmap: target.clone(),
+        writer: existing.as_ref().and_then(|e| e.writer.clone()),
+        ours: existing.as_ref().is_some_and(|e| e.owned),
+        readers: text.as_deref().map(readers::verdicts).unwrap_or_default(),
+        document: text,
+    };
+    print_report(&report, output);
+    if report.document.as_deref().is_none_or(|t| t.trim().is_empty()) {
+        ExitCode::from(EXIT_NONE)
+    } else if report.readers.iter().any(|v| v.problem.is_some()) {
+        ExitCode::from(EXIT_READER_REJECTS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_report(report: &Report, output: OutputFormat) {
+    match output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(report).unwrap_or_default()),
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        OutputFormat::Text => {
+            let Some(text) = &report.document else {
+                println!("Nothing is published: ConfigMap {} does not exist or has no {DATA_KEY}.", report.configmap);
+                return;
+            };
+            let writer = report.writer.as_deref().unwrap_or("an unknown writer");
+            let whose =
+                if report.ours { "this controller".to_string() } else { format!("{writer}, not this controller") };
+            println!("ConfigMap {} (written by {whose}):", report.configmap);
+            for line in text.lines() {
+                println!("  {line}");
+            }
+            println!("\nWhat each reader will use:");
+            for verdict in &report.readers {
+                match (&verdict.uses, &verdict.problem, &verdict.note) {
+                    (_, Some(problem), _) => println!("  {:<20} PROBLEM: {problem}", verdict.reader),
+                    (Some(uses), None, _) => println!("  {:<20} {uses}", verdict.reader),
+                    (None, None, note) => println!("  {:<20} - ({})", verdict.reader, note.as_deref().unwrap_or("")),
+                }
+            }
+        }
+    }
+}

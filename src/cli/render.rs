@@ -1,0 +1,145 @@
+//! `render` and `render-pull-secret`: what the controller would write, without a cluster.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::core::SelectorExt;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::{EXIT_INVALID, EXIT_NONE, EXIT_READER_REJECTS};
+use crate::publish::{self, Action, Memory};
+use crate::registry::{self, Cluster, MICROK8S, MINIKUBE};
+use crate::settings::Settings;
+
+/// `render`: the ConfigMap the controller would publish for the Services in `input` (YAML, several documents
+/// allowed, other kinds ignored), offline: every Service counts as ready and every namespace as allowed, since
+/// there is no cluster to ask.
+pub fn render(input: &str, settings: &Settings) -> ExitCode {
+    let text = match read_input(input) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: cannot read {input}: {error}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let mut cluster = Cluster::default();
+    for document in text.split("\n---") {
+        let Ok(value) = serde_saphyr::from_str::<serde_json::Value>(document) else { continue };
+        if value["kind"] != "Service" {
+            continue;
+        }
+        let service: Service = match serde_json::from_value(value) {
+            Ok(service) => service,
+            Err(error) => {
+                eprintln!("error: a Service in {input} is not valid: {error}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        };
+        let labels = service.metadata.labels.clone().unwrap_or_default();
+        let id = registry::service_id(&service);
+        let builtin = [MINIKUBE, MICROK8S].contains(&(id.namespace.as_str(), id.name.as_str()));
+        if settings.registry_selector.matches(&labels) {
+            cluster.labelled_services.push(Arc::new(service));
+        } else if builtin && settings.builtin_registries {
+            cluster.builtin_services.push(Arc::new(service));
+        }
+    }
+    // Offline, every namespace counts as allowed and every Service as ready.
+    let services = cluster.labelled_services.iter().chain(&cluster.builtin_services);
+    cluster.allowed_namespaces = services.map(|s| Arc::new(registry::service_id(s).namespace)).collect();
+    let mut registries = registry::registries(&cluster, settings);
+    for registry in &mut registries.allowed {
+        registry.ready = true;
+        if let Err(problem) = &registry.document {
+            eprintln!("{}: {} ({})", registry.id, problem.message, problem.fault.as_str());
+        }
+    }
+    let memory = Memory::default();
+    let decision = publish::decide(&publish::Input {
+        registries: &registries,
+        stored: None,
+        memory: &memory,
+        leading: true,
+        now: Instant::now(),
+        settings,
+    });
+    match decision.action {
+        Action::Apply { configmap, document: Some(_) } => {
+            if let Some(published) = &decision.published {
+                eprintln!("# from registry {}", published.registry);
+            }
+            let manifest =
+                Manifest { api_version: "v1", kind: "ConfigMap", metadata: &configmap.metadata, data: &configmap.data };
+            print!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        _ if registries.allowed.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
+        _ => {
+            eprintln!("no registry Service in {input} matches {:?}", settings.registry_selector.to_string());
+            ExitCode::from(EXIT_NONE)
+        }
+    }
+}
+
+/// `render-pull-secret`: a pull Secret for `servers`, with the password or token read from standard input.
+pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str, namespace: Option<&str>) -> ExitCode {
+    for server in servers {
+        if let Err(reason) = crate::hosting::Field::Host.check(server) {
+            eprintln!("error: --server {server:?}: {reason}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    }
+    let mut input = String::new();
+    if let Err(error) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("error: cannot read the password or token from standard input: {error}");
+        return ExitCode::from(EXIT_INVALID);
+    }
+    let secret = crate::pull::credentials::without_line_break(&input);
+    if secret.is_empty() {
+        eprintln!("error: standard input is empty: pipe in the password or token");
+        return ExitCode::from(EXIT_INVALID);
+    }
+    let credentials = match crate::pull::Credentials::new(username.map(String::from), secret.to_string()) {
+        Ok(credentials) => credentials,
+        Err(why) => {
+            eprintln!("error: {why}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let config = crate::pull::credentials::docker_config(servers, &credentials);
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: namespace.map(Into::into),
+            ..Default::default()
+        },
+        type_: Some(crate::pull::SECRET_TYPE.into()),
+        data: Some([(crate::pull::DATA_KEY.to_string(), k8s_openapi::ByteString(config.into_bytes()))].into()),
+        ..Default::default()
+    };
+    print!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
+    ExitCode::SUCCESS
+}
+
+fn read_input(input: &str) -> std::io::Result<String> {
+    if input == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(input)
+}
+
+/// The ConfigMap as a manifest, apiVersion and kind first.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    data: &'a Option<BTreeMap<String, String>>,
+}

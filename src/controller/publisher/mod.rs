@@ -1,0 +1,334 @@
+//! The publisher task: keeps the ConfigMap true to the registries. Each pass goes one way: settle the watches,
+//! snapshot, [`publish::decide`], apply the action, report (metrics, log, Events, readiness, and the registry readers
+//! see, handed to the other concerns). One pass per burst of changes, and one more when a grace period or a hold
+//! runs out.
+
+mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use super::events::EventLog;
+use super::watch::{Signals, WatchSets, settle, watch_sets};
+use super::{Context, Error, Handoff};
+use crate::backoff::{self, Backoff};
+use crate::health::{HEARTBEAT, Task};
+use crate::hosting::configmap::Stored;
+use crate::publish::{self, Action, Decision, Memory, Notice, Published, Reason};
+use crate::registry::watched::publisher_watch_sets;
+use crate::registry::{self, Cluster, Interest};
+use crate::settings::Settings;
+pub use writer::ConfigMapWriter;
+
+watch_sets!(publisher_watch_sets, Watches, Interest, Cluster);
+
+/// The label of this task's reconcile metrics.
+pub const CONTROLLER: &str = "publisher";
+/// After a write, further changes for this long are taken together: the first change of a burst is published at
+/// once, the rest of the burst in one more write.
+const ABSORB: Duration = Duration::from_millis(20);
+/// How long to wait for our own write to come back through the ConfigMap watch.
+const ECHO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the registries and the ConfigMap are right now, once every watch they need has listed: the snapshot a
+/// pass decides on, for `doctor`.
+pub async fn observe(client: &kube::Client, settings: &Settings) -> Cluster {
+    let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
+    let mut watches = Watches::new(client, &signals);
+    loop {
+        if let Some(cluster) = settle(&mut watches, &signals, |c| registry::interest(c, settings)) {
+            return cluster;
+        }
+        signals.changed.notified().await;
+    }
+}
+
+/// Why a pass runs, recorded on its span.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// A watch saw a change (or finished listing).
+    Change,
+    /// A grace period or a conflict hold ran out.
+    Recheck,
+    /// The last pass failed.
+    Retry,
+    /// This replica gained or lost the Lease.
+    Leadership,
+}
+
+impl Trigger {
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Change => "change",
+            Trigger::Recheck => "recheck",
+            Trigger::Retry => "retry",
+            Trigger::Leadership => "leadership",
+        }
+    }
+}
+
+/// What a write left: the ConfigMap's new resourceVersion, or `None` when it deleted the ConfigMap.
+type Left = Option<String>;
+
+pub struct Publisher {
+    settings: Settings,
+    writer: ConfigMapWriter,
+    signals: Signals,
+    watches: Watches,
+    events: EventLog<Notice>,
+    context: Context,
+    /// Readiness and another writer's corrections, carried from pass to pass.
+    memory: Memory,
+    held_back: Option<String>,
+    /// The registry readers see, for the other concerns.
+    published: watch::Sender<Handoff>,
+    /// When the last write was sent; changes soon after it are absorbed into one more pass.
+    last_write: Option<Instant>,
+    /// When the change this pass answers arrived, until its write is sent.
+    reacting_to: Option<Instant>,
+}
+
+impl Publisher {
+    pub fn new(client: &kube::Client, settings: Settings, context: Context, published: watch::Sender<Handoff>) -> Self {
+        let signals = Signals::new(context.metrics.clone(), context.health.clone());
+        Self {
+            writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
+            events: EventLog::start(client.clone(), "Publish"),
+            watches: Watches::new(client, &signals),
+            signals,
+            settings,
+            context,
+            memory: Memory::default(),
+            held_back: None,
+            published,
+            last_write: None,
+            reacting_to: None,
+        }
+    }
+
+    /// Reconciles until `shutdown` completes.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        let namespaces =
+            if self.settings.all_namespaces() { "*".into() } else { self.settings.watch_namespaces.join(",") };
+        info!(target = %self.settings.target(), selector = %self.settings.registry_selector, %namespaces, "publishing the local registry");
+        futures::pin_mut!(shutdown);
+        let health = self.context.health.clone();
+        health.start(Task::Publisher);
+        let mut wake_at: Option<(Instant, Trigger)> = None;
+        let mut retry = backoff::exponential(backoff::WRITE_CAP);
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        // Only passes (and the watch changes they follow) free memory; an idle controller does not trim.
+        let mut freed_since_trim = false;
+        // The first settle starts the watches the core asks for.
+        self.signals.changed.notify_one();
+        loop {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
+            let trigger = tokio::select! {
+                () = &mut shutdown => break,
+                () = self.signals.changed.notified() => {
+                    // The leading edge of a burst is published at once; what follows a write waits out ABSORB.
+                    if let Some(until) = self.last_write.map(|w| w + ABSORB).filter(|u| *u > Instant::now()) {
+                        tokio::time::sleep_until(until).await;
+                    }
+                    Trigger::Change
+                }
+                () = timer, if wake_at.is_some() => wake_at.take().map_or(Trigger::Recheck, |(_, why)| why),
+                Ok(()) = self.context.leading.changed() => Trigger::Leadership,
+                _ = heartbeat.tick() => {
+                    health.beat(Task::Publisher, self.watches.alive());
+                    // What stopped watches and passes freed goes back to the system within a heartbeat.
+                    if std::mem::take(&mut freed_since_trim) {
+                        crate::memory::release_free_heap();
+                    }
+                    continue;
+                }
+            };
+            freed_since_trim = true;
+            let settings = &self.settings;
+            let settled = settle(&mut self.watches, &self.signals, |c| registry::interest(c, settings));
+            health.set_synced(Task::Publisher, settled.is_some());
+            self.context.metrics.watching(CONTROLLER, self.watches.count());
+            let Some(cluster) = settled else {
+                // Not a pass yet: a watch the registries need is still listing, and wakes us when it is done.
+                debug!(trigger = trigger.label(), "waiting for watches to sync");
+                continue;
+            };
+            self.reacting_to = self.signals.take_pending();
+            let started = Instant::now();
+            let span = info_span!("reconcile", controller = CONTROLLER, trigger = trigger.label());
+            let outcome = self.reconcile(&cluster).instrument(span).await;
+            self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
+            wake_at = match outcome {
+                Ok(recheck) => {
+                    retry.reset();
+                    recheck.map(|after| (Instant::now() + after, Trigger::Recheck))
+                }
+                Err(error) => {
+                    let after = retry.next().unwrap_or(backoff::WRITE_CAP);
+                    self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
+                    error!(%error, reason = error.metric_label(), retry_in = ?after, "reconcile failed");
+                    Some((Instant::now() + after, Trigger::Retry))
+                }
+            };
+        }
+        self.events.finish().await;
+        info!("stopped");
+    }
+
+    /// One pass over a complete snapshot: decide, apply, report. Returns when to look again if nothing changes.
+    async fn reconcile(&mut self, cluster: &Cluster) -> Result<Option<Duration>, Error> {
+        let registries = registry::registries(cluster, &self.settings);
+        let stored = cluster.stored();
+        let leading = *self.context.leading.borrow();
+        let input = publish::Input {
+            registries: &registries,
+            stored,
+            memory: &self.memory,
+            leading,
+            now: Instant::now(),
+            settings: &self.settings,
+        };
+        let mut decision = publish::decide(&input);
+        self.memory = std::mem::take(&mut decision.memory);
+        let registry = decision.published.as_ref().map(|p| &p.registry);
+        let written = self.carry_out(&decision.action, stored, registry).await;
+        let recheck_after = decision.recheck_after;
+        self.report(decision, &written, leading);
+        written.map(|_| recheck_after)
+    }
+
+    /// Carries out `action`. For a write, returns what it left (see [`Left`]); `None` when nothing was written.
+    async fn carry_out(
+        &mut self,
+        action: &Action,
+        stored: Option<&Stored>,
+        registry: Option<&registry::ServiceId>,
+    ) -> Result<Option<Left>, Error> {
+        let target = self.settings.target();
+        let old = match stored {
+            Some(Stored { document: Some(document), .. }) => document.to_string(),
+            Some(Stored { text: Some(_), .. }) => "(unparsable)".into(),
+            _ => "(none)".into(),
+        };
+        // The log follows the API server's answer; then wait for our watch to show the write, so the next pass
+        // does not repeat it.
+        let left = match action {
+            Action::Keep => return Ok(None),
+            Action::Apply { configmap, document } => {
+                let reaction_us = self.sending_write();
+                let version = self.writer.apply(configmap).await?;
+                match document {
+                    Some(document) => {
+                        let registry = registry.map_or_else(|| "none (help only)".into(), ToString::to_string);
+                        info!(configmap = %target, %old, new = %document, %registry, reaction_us, "published");
+                    }
+                    None => {
+                        info!(configmap = %target, %old, reaction_us, "withdrawn: removed our key; the other keys stay")
+                    }
+                }
+                Some(version)
+            }
+            Action::Delete { uid, resource_version } => {
+                let reaction_us = self.sending_write();
+                if self.writer.delete(uid.clone(), resource_version.clone()).await? {
+                    info!(configmap = %target, %old, reaction_us, "deleted: no registry and no help URL to publish");
+                }
+                None
+            }
+        };
+        self.await_echo(left.as_deref()).await;
+        Ok(Some(left))
+    }
+
+    /// Tells what the pass did: readiness, metrics, the log, Events, and the registry readers see now.
+    fn report(&mut self, decision: Decision, written: &Result<Option<Left>, Error>, leading: bool) {
+        let Decision { action, published, published_now, document, subject, mut notices, held_back, held, .. } =
+            decision;
+        if !leading {
+            self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
+            self.hand_on(published);
+            return;
+        }
+        if held_back != self.held_back {
+            if let Some(why) = &held_back {
+                warn!("{why}");
+            }
+            self.held_back = held_back;
+        }
+        if notices.iter().any(|n| n.reason == Reason::ConflictingWriter) {
+            self.context.metrics.conflict();
+        }
+        let health = &self.context.health;
+        match written {
+            Ok(left) => {
+                if let Some(left) = left {
+                    self.memory.fights.wrote(left.clone());
+                }
+                // A refused write is forgiven only by a write that went through, or by nothing being due.
+                if left.is_some() || (action == Action::Keep && !held) {
+                    health.set_failed_writes(0);
+                }
+                self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
+                self.hand_on(published);
+            }
+            Err(error) => {
+                // Readers keep seeing what they saw before.
+                self.hand_on(published_now);
+                health.set_failed_writes(health.failed_writes() + 1);
+                let message = format!(
+                    "could not {} {}: {}; what readers see is unchanged",
+                    error.metric_label(),
+                    self.settings.target(),
+                    error.refusal()
+                );
+                notices.push(Notice::new(&subject, Reason::PublishFailed, message));
+            }
+        }
+        self.events.record(notices);
+    }
+
+    /// Hands the registry readers see to the other concerns, when it changed.
+    fn hand_on(&self, published: Option<Published>) {
+        let handoff = Handoff::Decided(published.map(Arc::new));
+        self.published.send_if_modified(|current| {
+            let changed = *current != handoff;
+            if changed {
+                current.clone_from(&handoff);
+            }
+            changed
+        });
+    }
+
+    /// Marks a write as sent now, and returns how many microseconds after its triggering change: the time this
+    /// controller adds between receiving a watch event and sending the write it calls for.
+    fn sending_write(&mut self) -> Option<u128> {
+        let now = Instant::now();
+        self.last_write = Some(now);
+        let reaction = now - self.reacting_to.take()?;
+        self.context.metrics.reacted(reaction);
+        Some(reaction.as_micros())
+    }
+
+    /// Waits until the ConfigMap watch shows our own write (`left`), so the next pass does not repeat it.
+    async fn await_echo(&self, left: Option<&str>) {
+        let deadline = Instant::now() + ECHO_TIMEOUT;
+        loop {
+            // Registered before looking, so a change stored in between still wakes us.
+            let stored = self.signals.stored.notified();
+            futures::pin_mut!(stored);
+            stored.as_mut().enable();
+            let seen = self.watches.configmap.objects().first().and_then(|s| s.resource_version.clone());
+            if seen.as_deref() == left {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, stored).await.is_err() {
+                return;
+            }
+        }
+    }
+}

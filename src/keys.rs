@@ -1,0 +1,50 @@
+//! The project's name as other objects see it, and every label and annotation key it reads or writes: its public
+//! API on the cluster (the README lists them). Each key has one meaning.
+
+/// Field manager of every write, value of the managed-by label, and the Events' reporting controller.
+pub const MANAGER: &str = "local-registry-publisher";
+/// The standard label naming who manages an object; ours carry [`MANAGER`].
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// Labels on registry Services (or on the workloads behind them).
+pub mod registry {
+    /// The default registry selector's key and value: `local-registry-publisher.io/registry=true`.
+    pub const LABEL: &str = "local-registry-publisher.io/registry";
+    pub const LABEL_VALUE: &str = "true";
+}
+
+/// Annotations on a registry Service, set by whoever may create Services in an allowed namespace.
+pub mod service {
+    /// Which Service port is the registry's, by name or number.
+    pub const PORT: &str = "local-registry-publisher.io/port";
+    /// Overrides of the published fields; an empty value leaves the field out.
+    pub const HOST: &str = "local-registry-publisher.io/host";
+    pub const HOST_FROM_CONTAINER_RUNTIME: &str = "local-registry-publisher.io/host-from-container-runtime";
+    pub const HOST_FROM_CLUSTER_NETWORK: &str = "local-registry-publisher.io/host-from-cluster-network";
+    pub const HELP: &str = "local-registry-publisher.io/help";
+    /// An integer; the highest wins among several registries.
+    pub const PRIORITY: &str = "local-registry-publisher.io/priority";
+    /// Names the Secret in the Service's namespace that holds its pull credentials (see `crate::pull`).
+    pub const PULL_SECRET: &str = "local-registry-publisher.io/pull-secret";
+    /// Every annotation of ours starts with this; stored Services keep only these.
+    pub const PREFIX: &str = "local-registry-publisher.io/";
+}
+
+/// Labels a cluster admin sets on namespaces (tenants with the built-in `admin` or `edit` roles cannot).
+pub mod namespace {
+    /// `local-registry-publisher.io/registries=allowed`: registries in this namespace may name the cluster's.
+    pub const ALLOWED: &str = "local-registry-publisher.io/registries";
+    pub const ALLOWED_VALUE: &str = "allowed";
+    /// `local-registry-publisher.io/pull-secret-wanted=true`: this namespace receives the pull Secret.
+    pub const PULL_SECRET_WANTED: &str = "local-registry-publisher.io/pull-secret-wanted";
+    pub const PULL_SECRET_WANTED_VALUE: &str = "true";
+}
+
+/// Annotations this controller writes on objects it changes for pull credentials.
+pub mod pull {
+    /// On each pull Secret: the registry (namespace/name) whose credentials it holds.
+    pub const FROM_REGISTRY: &str = "local-registry-publisher.io/from-registry";
+    /// On a ServiceAccount: the `imagePullSecrets` entries this controller added (and so may remove),
+    /// comma-separated, since two releases with different Secret names may share an account.
+    pub const ADDED_PULL_SECRETS: &str = "local-registry-publisher.io/added-pull-secrets";
+}

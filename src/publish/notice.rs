@@ -1,0 +1,73 @@
+//! What the publisher tells users, as Events: a bounded reason and a message, on a registry Service or the
+//! ConfigMap.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::registry::Fault;
+
+/// Why an Event is posted: a bounded label for Events, logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// This registry is what readers see.
+    Published,
+    /// Another registry ranks higher, or this one has no ready endpoint.
+    NotPublished,
+    /// Its namespace may not name the cluster's registry.
+    NamespaceNotAllowed,
+    /// Its configuration is wrong; it is not published and the last good document stays.
+    Misconfigured(Fault),
+    /// Another tool wrote the ConfigMap, which is not changed without --take-over.
+    ForeignConfigMap,
+    /// Another writer keeps undoing the ConfigMap; writes wait instead of fighting.
+    ConflictingWriter,
+    /// The API server refused a write.
+    PublishFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Published => "Published",
+            Reason::NotPublished => "NotPublished",
+            Reason::NamespaceNotAllowed => "NamespaceNotAllowed",
+            Reason::Misconfigured(fault) => fault.as_str(),
+            Reason::ForeignConfigMap => "ForeignConfigMap",
+            Reason::ConflictingWriter => "ConflictingWriter",
+            Reason::PublishFailed => "PublishFailed",
+        }
+    }
+
+    /// Whether users must act: a Warning Event.
+    pub fn warning(self) -> bool {
+        match self {
+            Reason::Published | Reason::NotPublished => false,
+            Reason::NamespaceNotAllowed
+            | Reason::Misconfigured(_)
+            | Reason::ForeignConfigMap
+            | Reason::ConflictingWriter
+            | Reason::PublishFailed => true,
+        }
+    }
+}
+
+/// Something to tell users, as an Event on `regarding`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub regarding: ObjectReference,
+    pub reason: Reason,
+    /// Shared: a thousand ignored registries in one namespace are told the same words.
+    pub message: Arc<str>,
+}
+
+impl Notice {
+    pub fn new(regarding: &ObjectReference, reason: Reason, message: impl Into<Arc<str>>) -> Self {
+        Self { regarding: regarding.clone(), reason, message: message.into() }
+    }
+
+    /// Whether it is about this object.
+    pub fn regards(&self, namespace: &str, name: &str) -> bool {
+        self.regarding.namespace.as_deref() == Some(namespace) && self.regarding.name.as_deref() == Some(name)
+    }
+}

@@ -1,0 +1,42 @@
+//! What the pull credentials watch: the one list of their watch sets ([`pull_watch_sets`]), from which the
+//! [`Interest`], the [`Observed`] snapshot and the controller's watch sets are made.
+
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+
+use crate::watching::{Keep, interest_and_snapshot};
+
+/// Calls `$then!` with the pull credentials' watch sets: `name: watched kind => what is kept of each object`.
+macro_rules! pull_watch_sets {
+    ($then:ident! { $($args:tt)* }) => {
+        $then! { $($args)*
+            /// The Secret holding the published registry's credentials, by name. A refused watch is an answer (the
+            /// Secret may not be read), not an outage.
+            credentials: ::k8s_openapi::api::core::v1::Secret => ::k8s_openapi::api::core::v1::Secret [findings],
+            /// Namespaces a cluster admin labelled to receive the pull Secret.
+            namespaces: ::k8s_openapi::api::core::v1::Namespace => String,
+            /// Every Secret with the pull Secret's name, ours or not.
+            secrets: ::k8s_openapi::api::core::v1::Secret => ::k8s_openapi::api::core::v1::Secret,
+            /// The chosen ServiceAccounts, each by name, where our Secret is or should be.
+            accounts: ::k8s_openapi::api::core::v1::ServiceAccount => ::k8s_openapi::api::core::v1::ServiceAccount,
+        }
+    };
+}
+pub(crate) use pull_watch_sets;
+
+interest_and_snapshot!(pull_watch_sets, Interest, Observed);
+
+/// Secrets are kept whole but for their field managers: their data is what is compared and copied.
+impl Keep<Secret> for Secret {
+    fn keep(mut secret: Secret) -> Self {
+        secret.metadata.managed_fields = None;
+        secret
+    }
+}
+
+/// Accounts are kept whole but for their field managers: a patch tests their resourceVersion.
+impl Keep<ServiceAccount> for ServiceAccount {
+    fn keep(mut account: ServiceAccount) -> Self {
+        account.metadata.managed_fields = None;
+        account
+    }
+}

@@ -1,0 +1,181 @@
+//! What of each watched object is kept: only the fields `registry` reads, so a tenant's thousand Services or a
+//! crowded namespace's pods cost as little as they can while they are watched. Each also drops the field managers.
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Namespace, Node, NodeStatus, Pod, PodSpec, PodTemplateSpec, Service, ServiceSpec, ServiceStatus,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use kube::api::ObjectMeta;
+
+use crate::keys::service::PREFIX;
+use crate::watching::Keep;
+
+/// The metadata nothing here reads: field managers, owners, finalizers, and annotations other than ours (such as
+/// kubectl's last-applied-configuration, a whole copy of the object).
+fn metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.retain(|key, _| key.starts_with(PREFIX));
+    }
+}
+
+/// Type, ports, selector, cluster IP and external name; the load balancer's ingress. Its labels are not read: the
+/// registry selector matched them on the server.
+impl Keep<Service> for Service {
+    fn keep(mut service: Service) -> Self {
+        metadata(&mut service.metadata);
+        service.metadata.labels = None;
+        service.metadata.resource_version = None;
+        if let Some(spec) = service.spec.take() {
+            service.spec = Some(ServiceSpec {
+                type_: spec.type_,
+                ports: spec.ports,
+                selector: spec.selector,
+                cluster_ip: spec.cluster_ip,
+                external_name: spec.external_name,
+                ..ServiceSpec::default()
+            });
+        }
+        if let Some(status) = service.status.take() {
+            service.status = Some(ServiceStatus { load_balancer: status.load_balancer, ..ServiceStatus::default() });
+        }
+        service
+    }
+}
+
+/// Each endpoint's readiness and node; the labels naming its Service.
+impl Keep<EndpointSlice> for EndpointSlice {
+    fn keep(mut slice: EndpointSlice) -> Self {
+        metadata(&mut slice.metadata);
+        slice.metadata.annotations = None;
+        slice.ports = None;
+        for endpoint in slice.endpoints.iter_mut().flatten() {
+            *endpoint = Endpoint {
+                conditions: endpoint.conditions.take(),
+                node_name: endpoint.node_name.take(),
+                ..Endpoint::default()
+            };
+        }
+        slice
+    }
+}
+
+/// Labels and the containers' ports (a hostPort can reach the registry).
+impl Keep<Pod> for Pod {
+    fn keep(mut pod: Pod) -> Self {
+        metadata(&mut pod.metadata);
+        pod.metadata.annotations = None;
+        pod.status = None;
+        pod.spec = pod.spec.map(|spec| PodSpec { containers: ports_only(spec.containers), ..PodSpec::default() });
+        pod
+    }
+}
+
+/// minikube's proxy: its containers' ports (the hostPort tools outside reach).
+impl Keep<DaemonSet> for DaemonSet {
+    fn keep(mut daemonset: DaemonSet) -> Self {
+        metadata(&mut daemonset.metadata);
+        daemonset.metadata.annotations = None;
+        daemonset.metadata.labels = None;
+        daemonset.status = None;
+        daemonset.spec = daemonset.spec.map(|spec| {
+            let containers = spec.template.spec.map(|s| ports_only(s.containers)).unwrap_or_default();
+            let pod = PodSpec { containers, ..PodSpec::default() };
+            DaemonSetSpec {
+                selector: spec.selector,
+                template: PodTemplateSpec { metadata: None, spec: Some(pod) },
+                ..DaemonSetSpec::default()
+            }
+        });
+        daemonset
+    }
+}
+
+/// Its addresses: an InternalIP may be published.
+impl Keep<Node> for Node {
+    fn keep(mut node: Node) -> Self {
+        metadata(&mut node.metadata);
+        node.metadata.annotations = None;
+        node.metadata.labels = None;
+        node.spec = None;
+        node.status = node.status.map(|status| NodeStatus { addresses: status.addresses, ..NodeStatus::default() });
+        node
+    }
+}
+
+/// Only its name: what an allowed namespace is told by.
+impl Keep<Namespace> for String {
+    fn keep(namespace: Namespace) -> Self {
+        namespace.metadata.name.unwrap_or_default()
+    }
+}
+
+fn ports_only(containers: Vec<Container>) -> Vec<Container> {
+    containers.into_iter().map(|c| Container { name: c.name, ports: c.ports, ..Container::default() }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_what_registries_read_is_kept() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "zot", "namespace": "reg", "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"local-registry-publisher.io/registry": "true"},
+                "annotations": {"local-registry-publisher.io/host": "localhost:5001",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"a whole\": \"copy\"}"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "zot"}, "clusterIP": "10.0.0.1",
+                "ports": [{"name": "registry", "port": 5000, "nodePort": 30500}], "sessionAffinity": "None"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}, "conditions": []}
+        }))
+        .unwrap();
+        let svc = Service::keep(svc);
+        let kept = serde_json::to_value(&svc).unwrap();
+        assert_eq!(kept["metadata"]["annotations"], json!({"local-registry-publisher.io/host": "localhost:5001"}));
+        assert_eq!(kept["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
+        assert!(kept["metadata"].get("managedFields").is_none());
+        assert!(kept["metadata"].get("labels").is_none(), "the selector matched them on the server");
+        assert_eq!(
+            kept["spec"],
+            json!({"type": "LoadBalancer", "selector": {"app": "zot"}, "clusterIP": "10.0.0.1",
+                "ports": [{"name": "registry", "port": 5000, "nodePort": 30500}]})
+        );
+        assert_eq!(kept["status"], json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}));
+
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "zot-1", "namespace": "reg", "labels": {"kubernetes.io/service-name": "zot"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.5"], "conditions": {"ready": true}, "nodeName": "node-1",
+                "targetRef": {"kind": "Pod", "name": "zot-abc", "namespace": "reg"}, "zone": "a"}],
+            "ports": [{"port": 5000}]
+        }))
+        .unwrap();
+        let slice = EndpointSlice::keep(slice);
+        let kept = serde_json::to_value(&slice).unwrap();
+        assert_eq!(kept["endpoints"], json!([{"addresses": [], "conditions": {"ready": true}, "nodeName": "node-1"}]));
+        assert_eq!(kept["metadata"]["labels"], json!({"kubernetes.io/service-name": "zot"}));
+
+        let registry_pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "zot-abc", "namespace": "reg", "labels": {"app": "zot"}},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "zot", "image": "zot:2", "env": [{"name": "A"}],
+                "ports": [{"name": "registry", "containerPort": 5000, "hostPort": 5000}]}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let registry_pod = Pod::keep(registry_pod);
+        let kept = serde_json::to_value(&registry_pod).unwrap();
+        assert_eq!(
+            kept["spec"],
+            json!({"containers": [{"name": "zot",
+                "ports": [{"name": "registry", "containerPort": 5000, "hostPort": 5000}]}]})
+        );
+        assert!(kept.get("status").is_none());
+    }
+}
