@@ -142,7 +142,7 @@ pub struct PublishArgs {
     pub no_builtin_registries: bool,
 
     /// Namespaces to watch for registries, comma-separated; all namespaces when empty. Namespaces named here are
-    /// trusted to name the cluster's registry.
+    /// allowed to name the cluster's registry.
     #[arg(long, global = true, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub watch_namespaces: Vec<String>,
 
@@ -468,6 +468,8 @@ mod tests {
             ("--registry-selector=", "empty"),
             ("--node-address=external-ip", "unknown mode"),
             ("--node-address=0.0.0.0", "listen address"),
+            ("--node-address=255.255.255.255", "broadcast"),
+            ("--node-address=010.0.0.1", "canonical form"),
             ("--node-address=::", "unspecified"),
             ("--help-url=https://@/", "user information"),
             ("--help-url=kind.sigs.k8s.io", "http"),

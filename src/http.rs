@@ -38,6 +38,11 @@ pub async fn serve(
                             return (StatusCode::UNAUTHORIZED, format!("{why}\n")).into_response();
                         }
                         Access::Forbidden(why) => return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response(),
+                        Access::Throttled => {
+                            let wait = [(header::RETRY_AFTER, "1")];
+                            let why = "too many unknown tokens to review now; try again\n";
+                            return (StatusCode::TOO_MANY_REQUESTS, wait, why).into_response();
+                        }
                     }
                 }
                 let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -40,6 +40,29 @@ pub mod namespace {
     pub const PULL_SECRET_WANTED_VALUE: &str = "true";
 }
 
+/// Labels the chart puts on its own objects, which `doctor` reads to find the controller.
+pub mod chart {
+    pub const PART_OF: &str = "app.kubernetes.io/part-of";
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    /// The component of the controller's pods.
+    pub const CONTROLLER: &str = "controller";
+    /// The component of `doctor --from-cluster`'s probe pod.
+    pub const DOCTOR: &str = "registry-doctor";
+}
+
+/// Keys distributions set on their nodes, which tell what a cluster is.
+pub mod distribution {
+    /// MicroK8s's kubelets label every node `microk8s.io/cluster=true` (microk8s-resources/default-args/kubelet).
+    pub const MICROK8S_NODE: &str = "microk8s.io/cluster";
+    pub const MICROK8S_NODE_VALUE: &str = "true";
+}
+
+/// Kubernetes' own keys that the controller reads.
+pub mod kubernetes {
+    /// On each EndpointSlice: the Service it belongs to.
+    pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
+}
+
 /// Annotations this controller writes on objects it changes for pull credentials.
 pub mod pull {
     /// On each pull Secret: the registry (namespace/name) whose credentials it holds.

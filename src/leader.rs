@@ -52,7 +52,7 @@ impl LeaseSettings {
 }
 
 /// What this replica last saw of the Lease.
-struct Observed {
+struct LastSeen {
     resource_version: String,
     holder: Option<String>,
     duration: Duration,
@@ -118,7 +118,7 @@ impl Elector {
         let changes =
             watcher(self.api.clone(), config).backoff(backoff::exponential(backoff::WATCH_CAP)).touched_objects();
         futures::pin_mut!(changes);
-        let mut observed: Option<Observed> = None;
+        let mut observed: Option<LastSeen> = None;
         let mut last_renewal: Option<Instant> = None;
         loop {
             // While leading, nothing may wait past the renew deadline: not a request, not the pause between them.
@@ -180,14 +180,14 @@ impl Elector {
         self.leading.send_replace(leading);
     }
 
-    fn time_to_expiry(&self, observed: Option<&Observed>) -> Duration {
+    fn time_to_expiry(&self, observed: Option<&LastSeen>) -> Duration {
         let Some(observed) = observed else { return self.settings.retry_period() };
         let expires = observed.seen_at + observed.duration;
         expires.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))
     }
 
     /// Acquires, renews or observes the Lease once. `Ok(true)` when this replica holds it afterwards.
-    async fn step(&self, observed: &mut Option<Observed>) -> Result<bool, kube::Error> {
+    async fn step(&self, observed: &mut Option<LastSeen>) -> Result<bool, kube::Error> {
         let now = Instant::now();
         let Some(lease) = self.api.get_opt(&self.settings.name).await? else {
             return self.create().await;
@@ -196,9 +196,8 @@ impl Elector {
         let resource_version = lease.resource_version().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
         if observed.as_ref().is_none_or(|o| o.resource_version != resource_version) {
-            let duration =
-                spec.lease_duration_seconds.map_or(self.settings.duration, |s| Duration::from_secs(s.max(1) as u64));
-            *observed = Some(Observed { resource_version, holder: holder.clone(), duration, seen_at: now });
+            let duration = self.trusted_duration(spec.lease_duration_seconds, holder.as_deref());
+            *observed = Some(LastSeen { resource_version, holder: holder.clone(), duration, seen_at: now });
         }
         let held_by_us = holder.as_deref() == Some(self.settings.identity.as_str());
         let expired = observed.as_ref().is_some_and(|o| o.holder.is_none() || now >= o.seen_at + o.duration);
@@ -225,6 +224,25 @@ impl Elector {
         }
     }
 
+    /// How long the holder's claim is honoured: what it says, but never longer than this replica's own duration,
+    /// so a Lease forged with a huge duration cannot keep every replica from taking over.
+    fn trusted_duration(&self, claimed_seconds: Option<i32>, holder: Option<&str>) -> Duration {
+        let own = self.settings.duration;
+        let Some(seconds) = claimed_seconds else { return own };
+        let claimed = Duration::from_secs(u64::try_from(seconds.max(1)).unwrap_or(1));
+        if claimed > own {
+            self.metrics.lease_capped();
+            warn!(
+                lease = %self.settings.name,
+                holder = holder.unwrap_or_default(),
+                claimed_seconds = seconds,
+                honoured_seconds = own.as_secs(),
+                "the Lease claims a longer duration than this replica's; it is honoured for this replica's only"
+            );
+        }
+        claimed.min(own)
+    }
+
     async fn create(&self) -> Result<bool, kube::Error> {
         let mut lease = Lease::default();
         lease.metadata.name = Some(self.settings.name.clone());
@@ -245,7 +263,7 @@ impl Elector {
     }
 
     /// Clears the holder so a follower takes over at once.
-    async fn release(&self, observed: Option<&Observed>) {
+    async fn release(&self, observed: Option<&LastSeen>) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.settings.name).await else { return };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {

@@ -17,13 +17,24 @@ pub fn use_one_arena() {
     }
 }
 
-/// Returns free heap pages to the system.
-pub fn release_free_heap() {
+/// Free heap worth giving back. A trim pauses the one runtime thread while it walks the heap and returns pages
+/// (`make bench` saw watch events wait behind it); what a pass or two leaves free is not worth that pause, what
+/// a thousand registries leave when they go is.
+pub const WORTH_RETURNING: usize = 256 * 1024;
+
+/// Returns free heap pages to the system when at least [`WORTH_RETURNING`] bytes are free; returns whether it did.
+pub fn release_free_heap() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
-    // SAFETY: malloc_trim takes no pointers and only releases pages that glibc's allocator itself holds free; it
-    // is safe to call from any thread at any time.
+    // SAFETY: mallinfo2 and malloc_trim take no pointers; mallinfo2 only reads the allocator's counters and
+    // malloc_trim only releases pages that glibc's allocator itself holds free. Both are safe from any thread.
     unsafe {
+        if libc::mallinfo2().fordblks < WORTH_RETURNING {
+            return false;
+        }
         libc::malloc_trim(0);
+        return true;
     }
+    #[allow(unreachable_code)]
+    false
 }

@@ -71,6 +71,7 @@ pub struct Metrics {
     pull_writes: Family<OperationLabels, Counter>,
     pull_refusals: Family<OperationLabels, Counter>,
     conflicts: Counter,
+    lease_capped: Counter,
 }
 
 impl Default for Metrics {
@@ -93,6 +94,7 @@ impl Default for Metrics {
             pull_writes: Family::default(),
             pull_refusals: Family::default(),
             conflicts: Counter::default(),
+            lease_capped: Counter::default(),
         }
     }
 }
@@ -169,6 +171,11 @@ impl Metrics {
             "Times another writer kept undoing the published ConfigMap and writes were held back",
             self.conflicts.clone(),
         );
+        registry.register(
+            "local_registry_publisher_lease_duration_capped",
+            "Times a Lease claimed a longer duration than this replica's own and was honoured for this replica's only",
+            self.lease_capped.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -201,12 +208,15 @@ impl Metrics {
     pub fn published(&self, document: Option<&LocalRegistryHostingV1>, registry: Option<String>) {
         self.published.clear();
         if let Some(document) = document {
+            // Destructured whole: a new field of the document is a new label.
+            let LocalRegistryHostingV1 { host, host_from_container_runtime, host_from_cluster_network, help } =
+                document;
             let field = |value: &Option<String>| value.clone().unwrap_or_default();
             let labels = PublishedLabels {
-                host: field(&document.host),
-                host_from_container_runtime: field(&document.host_from_container_runtime),
-                host_from_cluster_network: field(&document.host_from_cluster_network),
-                help: field(&document.help),
+                host: field(host),
+                host_from_container_runtime: field(host_from_container_runtime),
+                host_from_cluster_network: field(host_from_cluster_network),
+                help: field(help),
                 registry: registry.unwrap_or_default(),
             };
             self.published.get_or_create(&labels).set(1);
@@ -227,6 +237,10 @@ impl Metrics {
 
     pub fn conflict(&self) {
         self.conflicts.inc();
+    }
+
+    pub fn lease_capped(&self) {
+        self.lease_capped.inc();
     }
 
     pub fn leading(&self, leader: bool) {

@@ -214,6 +214,9 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("registry.nodeAddress=0.0.0.0", "/registry/nodeAddress"),
         ("registry.nodeAddress=::", "/registry/nodeAddress"),
         ("registry.nodeAddress=fe80::1", "/registry/nodeAddress"),
+        ("registry.nodeAddress=255.255.255.255", "/registry/nodeAddress"),
+        ("registry.nodeAddress=010.0.0.1", "/registry/nodeAddress"),
+        ("registry.nodeAddress=256.1.1.1", "/registry/nodeAddress"),
     ] {
         let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -563,15 +566,16 @@ async fn metrics_can_require_kubernetes_authentication_and_authorization() {
         ],
     ));
 
-    let scrape = |token: Option<&str>| {
+    let scrape_with = |authorization: Option<&str>| {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", controller.port)).ok()?;
-        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
         write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         response.split_whitespace().nth(1)?.parse::<u16>().ok()
     };
+    let scrape = |token: Option<&str>| scrape_with(token.map(|t| format!("Bearer {t}")).as_deref());
     let up = wait_until(SOON, || async { controller.get("/healthz").filter(|(status, _)| *status == 200) }).await;
     assert!(up.is_some(), "the probes stay open without a token");
     assert_eq!(scrape(None), Some(401), "no token");
@@ -580,6 +584,32 @@ async fn metrics_can_require_kubernetes_authentication_and_authorization() {
     let prometheus = token_of("prometheus");
     let allowed = wait_until(SOON, || async { (scrape(Some(&prometheus)) == Some(200)).then_some(()) }).await;
     assert!(allowed.is_some(), "the metrics reader is served");
+    assert_eq!(scrape_with(Some(&format!("bearer {prometheus}"))), Some(200), "schemes are case-insensitive");
+    assert_eq!(scrape_with(Some(&format!("Bearer {prometheus} junk"))), Some(401), "one token and nothing more");
+
+    // An unauthenticated client cannot make the controller load the API server: 100 new tokens cost at most a
+    // burst of TokenReviews plus the refill rate, and the rest are told to wait.
+    let reviews_before = token_reviews().await;
+    let started = std::time::Instant::now();
+    let answers: Vec<Option<u16>> = (0..100).map(|i| scrape(Some(&format!("forged-token-{i}")))).collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    let reviews = token_reviews().await - reviews_before;
+    let allowed_reviews = 10.0 + 5.0 * elapsed + 1.0;
+    assert!(reviews <= allowed_reviews, "{reviews} TokenReviews for 100 forged tokens in {elapsed:.1} s");
+    assert!(answers.iter().all(|a| matches!(a, Some(401 | 429))), "{answers:?}");
+    assert!(answers.contains(&Some(429)), "the rest are told to wait: {answers:?}");
+    assert_eq!(scrape(Some(&prometheus)), Some(200), "a token allowed before is still served meanwhile");
     ok(tool("kubectl", &["delete", "clusterrolebinding", "secured-prometheus"]));
     ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
+}
+
+/// TokenReviews the API server has answered so far, from its own /metrics.
+async fn token_reviews() -> f64 {
+    let client = ControlPlane::shared().client().await.expect("admin client");
+    let request = http::Request::get("/metrics").body(Vec::new()).expect("a request");
+    let text = client.request_text(request).await.expect("the API server's /metrics");
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("resource=\"tokenreviews\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }

@@ -214,7 +214,8 @@ impl LocalRegistry {
             .spawn()
             .expect("start crane's registry");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && std::time::Instant::now() < deadline {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "crane's registry never listened on 127.0.0.1:{port}");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         Self { child, port }
@@ -251,7 +252,7 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let nothing = doctor(&s);
     assert_eq!(nothing.0, Some(3), "{}", nothing.1);
     let registry = LocalRegistry::start();
-    let run = s.start();
+    let run = s.start_in_pod().await;
     let host = format!("127.0.0.1:{}", registry.port);
     s.apply(registry_at(&host)).await;
     s.wait_host(&host).await;
@@ -329,8 +330,14 @@ async fn render_pull_secret_writes_a_token_only_secret_with_an_entry_per_address
     // A user name, and the errors: each exits 2 with the reason.
     let named = run(&["render-pull-secret", "--server", "localhost:5001", "--username", "ci"], Some("pw"));
     assert!(stdout(&named).contains("dockerconfigjson"), "{}", String::from_utf8_lossy(&named.stderr));
+    let huge = "t".repeat(20 * 1024 * 1024);
     for (args, input, reason) in [
         (vec!["render-pull-secret", "--server", "localhost:5001"], "", "standard input is empty"),
+        (vec!["render-pull-secret", "--server", "localhost:5001", "--username", ""], "t", "\"username\" is empty"),
+        (vec!["render-pull-secret", "--server", "localhost:5001"], "   \t ", "only white space"),
+        (vec!["render-pull-secret", "--server", "localhost:5001"], huge.as_str(), "longer than 65536 bytes"),
+        (vec!["render-pull-secret", "--server", "localhost:5001"], "pass\u{1b}[2Jword", "control character"),
+        (vec!["render-pull-secret", "--server", "localhost:5001", "--username", "ci\nadmin"], "t", "control character"),
         (vec!["render-pull-secret", "--server", "https://localhost:5001"], "t", "must not have a scheme"),
         (vec!["render-pull-secret"], "t", "--server"),
         (vec!["render-pull-secret", "--server", "localhost:5001", "--username", "a:b"], "t", "colon"),
@@ -341,4 +348,90 @@ async fn render_pull_secret_writes_a_token_only_secret_with_an_entry_per_address
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(reason), "{args:?}: {stderr}");
     }
+}
+
+/// Text a tenant with `edit` can write: an OSC 52 clipboard write, a window title, clear screen, a fake verdict,
+/// and a bidirectional override.
+const HOSTILE: &str = "\u{1b}]52;c;cGF5bG9hZA==\u{7}\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[HPUBLISHED OK\u{202e}\u{9b}1m";
+
+/// Whether any byte of `text` could make a terminal do more than show a glyph (line breaks aside).
+fn raw_control(text: &str) -> Option<char> {
+    text.chars().find(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
+}
+
+#[tokio::test]
+async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
+    let s = Scenario::new("cli-hostile").await;
+    let controller = s.start_in_pod().await;
+    s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
+    s.wait_cluster_host("zot", 5000).await;
+    s.wait_event("zot", "Published").await;
+    // A tenant's forged Event: reportingController says it is the controller's, nothing ties it to a controller pod.
+    let forged = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "zot.forged"},
+        "eventTime": "2030-01-01T00:00:00.000000Z",
+        "reportingController": "local-registry-publisher", "reportingInstance": "not-a-controller-pod",
+        "action": "Publish", "reason": "Published", "type": "Normal", "note": HOSTILE,
+        "regarding": {"apiVersion": "v1", "kind": "Service", "namespace": s.ns, "name": "zot"}
+    });
+    // Created as JSON, which carries control characters (server-side apply's YAML would refuse them).
+    let forged: k8s_openapi::api::events::v1::Event = serde_json::from_value(forged).expect("an Event");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(s.client.clone(), &s.ns);
+    events.create(&PostParams::default(), &forged).await.expect("the tenant's forged Event");
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(raw_control(&text), None, "{text:?}");
+    assert!(!text.contains("PUBLISHED OK"), "the forged Event is not shown as the controller's: {text}");
+    assert!(text.contains("the controller's last Event on it: Published: published to"), "{text}");
+    assert!(
+        text.contains("1 Event(s) on these registries claim to come from the controller but name no running"),
+        "{text}"
+    );
+    controller.stop().await;
+
+    // Another tool's ConfigMap holding the same text: every output format escapes it; doctor and get agree.
+    s.configmaps().delete(TARGET, &Default::default()).await.expect("delete");
+    let hostile: ConfigMap = serde_json::from_value(json!({"metadata": {"name": TARGET}, "data": {
+        "localRegistryHosting.v1": format!("host: \"localhost:5000\"\nhelp: \"{HOSTILE}\"\n")}}))
+    .unwrap();
+    s.configmaps().create(&PostParams::default(), &hostile).await.expect("a hostile ConfigMap");
+    for format in ["text", "json", "yaml"] {
+        let output = get(&s, &["-o", format]);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(4), "{format}: a reader rejects the help value: {text}");
+        assert_eq!(raw_control(&text), None, "{format}: {text:?}");
+        assert!(text.contains("\\u{1b}]52") || text.contains("\\\\u{1b}]52"), "{format}: shown escaped: {text}");
+    }
+    let (code, text) = doctor(&s);
+    assert_eq!((code, raw_control(&text)), (Some(4), None), "{text:?}");
+
+    // A document that does not parse: both say a reader rejects it (4), neither that nothing is published (3).
+    s.configmaps().delete(TARGET, &Default::default()).await.expect("delete");
+    let broken: ConfigMap = serde_json::from_value(json!({"metadata": {"name": TARGET}, "data": {
+        "localRegistryHosting.v1": "host: [unclosed"}}))
+    .unwrap();
+    s.configmaps().create(&PostParams::default(), &broken).await.expect("an unparsable ConfigMap");
+    assert_eq!(get(&s, &[]).status.code(), Some(4));
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("not YAML they can read"), "{text}");
+
+    // render -f: a Service name from the input file is escaped on stderr too.
+    let dir = TempDir::new("hostile-render");
+    let file = dir.0.join("services.yaml");
+    let name = "zot\u{1b}]0;pwned\u{7}";
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: \"{}\"\n  namespace: reg\n  labels: {{local-registry-publisher.io/registry: \"true\"}}\n  annotations: {{local-registry-publisher.io/port: nope}}\nspec:\n  ports: [{{port: 5000}}, {{port: 5001}}]\n",
+            name.replace('\u{1b}', "\\e").replace('\u{7}', "\\a")
+        ),
+    )
+    .unwrap();
+    let output = run(&["render", "-f", &file.display().to_string()], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert_eq!(raw_control(&stderr), None, "{stderr:?}");
+    assert!(stderr.contains("reg/zot\\u{1b}]0;pwned\\u{7}"), "{stderr}");
 }

@@ -101,3 +101,33 @@ async fn two_controllers_with_different_settings_settle_instead_of_fighting() {
     let note = s.wait_event(TARGET, "ConflictingWriter").await;
     assert!(note.contains("one controller per ConfigMap"), "{note}");
 }
+
+/// Someone makes our own ConfigMap immutable: each refused write is a refusal, never a correction by another writer,
+/// so writes are not held, nothing is said published that was not written, and /readyz fails after three.
+#[tokio::test]
+async fn refused_writes_over_our_own_immutable_configmap_are_refusals_not_a_fight() {
+    let s = Scenario::new("frozen").await;
+    let (_run, health) = s.start_with_health();
+    s.apply(registry()).await;
+    s.wait_cluster_host("zot", 5000).await;
+    let freeze = json!({"immutable": true});
+    s.configmaps()
+        .patch(TARGET, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&freeze))
+        .await
+        .expect("make it immutable");
+    s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"name": "registry", "port": 5001}]}))).await;
+    // Retries back off from half a second: three refusals take seconds, not a 30 s hold.
+    let three = wait_until(Duration::from_secs(20), || async { (health.failed_writes() >= 3).then_some(()) }).await;
+    assert!(three.is_some(), "writes are retried, not held: {} refused so far", health.failed_writes());
+    let reason = health.ready().expect_err("/readyz fails after three refused writes");
+    assert!(reason.contains("PublishFailed"), "{reason}");
+    let note = s.wait_event("zot", "PublishFailed").await;
+    assert!(note.contains("immutable"), "{note}");
+    let events = s.events_for(TARGET).await;
+    assert!(events.iter().all(|(_, reason, _)| reason != "ConflictingWriter"), "a refusal is no fight: {events:?}");
+    let told = s.events_for("zot").await;
+    let never_written = told.iter().filter(|(_, reason, note)| reason == "Published" && note.contains(":5001"));
+    assert_eq!(never_written.count(), 0, "nothing is said published that was not written: {told:?}");
+    // Readers keep what they had.
+    s.wait_cluster_host("zot", 5000).await;
+}

@@ -314,3 +314,26 @@ async fn registries_share_watches_so_watches_do_not_grow_with_them() {
     // and the watch count above is what is held to a bound.
     println!("open sockets: {one} with one registry, {} with {REGISTRIES}", open_sockets(controller.pid()));
 }
+
+/// A Lease forged with the longest duration it can claim does not keep the controller from ever leading: a claim is
+/// honoured for this replica's own duration at most, and the capping is logged and counted.
+#[tokio::test]
+async fn a_lease_forged_with_a_huge_duration_is_honoured_for_our_own_duration_only() {
+    let s = Scenario::new("forged-lease").await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(s.client.clone(), &s.ns);
+    let forged = serde_json::from_value(json!({
+        "metadata": {"name": "local-registry-publisher"},
+        "spec": {"holderIdentity": "squatter", "leaseDurationSeconds": 2147483647}
+    }))
+    .expect("a Lease");
+    leases.create(&kube::api::PostParams::default(), &forged).await.expect("the forged Lease");
+    let controller = replica(&s);
+    let leading =
+        wait_until(Duration::from_secs(30), || async { (controller.metric(LEADER) == Some(1.0)).then_some(()) });
+    assert!(leading.await.is_some(), "takes over once its own 6 s lease has passed; logs:\n{}", controller.logs());
+    let capped = controller.metric("local_registry_publisher_lease_duration_capped_total");
+    assert!(capped.is_some_and(|n| n >= 1.0), "counted: {capped:?}");
+    assert!(controller.logs().contains("claims a longer duration than this replica's"), "{}", controller.logs());
+    s.apply(registry_on_port(5000)).await;
+    wait_port(&s, 5000).await;
+}

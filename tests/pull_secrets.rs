@@ -413,3 +413,45 @@ async fn the_kubelets_own_credential_code_resolves_every_published_address_from_
     assert!(report.contains("resolves 3 addresses"), "{report}");
     plane.delete_namespace(&client, &app).await.unwrap();
 }
+
+/// Ownership is this controller's field manager, not the managed-by label anyone may set: a Secret given our label
+/// by hand is never deleted, and our own copy whose label someone removed still goes when its namespace loses
+/// consent, credentials and all.
+#[tokio::test]
+async fn only_what_the_controller_wrote_is_ours_whatever_the_label_says() {
+    let plane = ControlPlane::shared();
+    let (scenario, name) = scenario("pull-owner", &[]).await;
+    let client = scenario.client.clone();
+    let (forged_ns, copied_ns) = (
+        plane.namespace(&client, "pull-forged").await.unwrap(),
+        plane.namespace(&client, "pull-copied").await.unwrap(),
+    );
+    // A Secret of someone else's, labelled as ours by hand, in a namespace that asks for credentials.
+    let forged = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "local-registry-publisher"}},
+        "stringData": {"note": "someone else's"}});
+    let forged: Secret = serde_json::from_value(forged).unwrap();
+    Api::<Secret>::namespaced(client.clone(), &forged_ns).create(&PostParams::default(), &forged).await.unwrap();
+    for ns in [&forged_ns, &copied_ns] {
+        kubectl(&["label", "namespace", ns, LABEL]);
+    }
+    scenario.apply(source("creds", json!({"token": "t0ken"}))).await;
+    scenario.apply(registry("localhost:5001", Some("creds"))).await;
+    let running = scenario.start();
+    let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
+    assert!(note.contains(&forged_ns), "the forged Secret is someone else's: {note}");
+    wait_config(&client, &copied_ns, &name, "our copy", |c| c.is_some()).await;
+
+    // Our copy loses its label by hand; then both namespaces lose consent.
+    kubectl(&["label", "secret", &name, "-n", &copied_ns, "app.kubernetes.io/managed-by-"]);
+    for ns in [&forged_ns, &copied_ns] {
+        kubectl(&["label", "namespace", ns, "local-registry-publisher.io/pull-secret-wanted-"]);
+    }
+    wait_config(&client, &copied_ns, &name, "our unlabelled copy is removed", |c| c.is_none()).await;
+    let still = Api::<Secret>::namespaced(client.clone(), &forged_ns).get(&name).await.expect("never deleted");
+    assert_eq!(still.data.unwrap_or_default().keys().collect::<Vec<_>>(), ["note"], "untouched");
+    running.stop().await;
+    for ns in [forged_ns, copied_ns] {
+        plane.delete_namespace(&client, &ns).await.unwrap();
+    }
+}

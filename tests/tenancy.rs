@@ -86,3 +86,38 @@ async fn a_tenant_with_edit_in_its_namespace_cannot_change_what_the_cluster_publ
     s.delete("v1", "Service", "real").await;
     s.wait_published("the withdrawal", Option::is_none).await;
 }
+
+/// MicroK8s's addon counts only where a node says the cluster is MicroK8s: elsewhere anyone who may create a
+/// namespace named `container-registry` would choose the cluster's registry.
+#[tokio::test]
+async fn the_microk8s_addon_counts_only_on_a_microk8s_cluster() {
+    let mut s = Scenario::new("microk8s-shaped").await;
+    s.settings.watch_namespaces = Vec::new();
+    s.settings.builtin_registries = true;
+    // Only the built-in addon: the other test's labelled registries are not this one's business.
+    s.settings.registry_selector = local_registry_publisher::watching::equal("example.dev/none", "none");
+    let namespaces: Api<Namespace> = Api::all(s.client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": "container-registry"}})).unwrap();
+    namespaces.create(&PostParams::default(), &namespace).await.expect("a namespace named like the addon's");
+    let spec = json!({"type": "NodePort", "ports": [{"name": "registry", "port": 5000, "nodePort": 32000}]});
+    apply_in(&s.client, "container-registry", service("registry", json!({}), json!({}), spec)).await;
+    let _run = s.start();
+
+    let addon = Scenario { client: s.client.clone(), ns: "container-registry".into(), settings: s.settings.clone() };
+    let note = addon.wait_event("registry", "NamespaceNotAllowed").await;
+    assert!(note.contains("kubectl label namespace container-registry"), "{note}");
+    assert_eq!(s.published().await, None, "not on a cluster that is not MicroK8s");
+
+    // MicroK8s's kubelets label every node microk8s.io/cluster=true.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
+    let label = |value: serde_json::Value| json!({"metadata": {"labels": {"microk8s.io/cluster": value}}});
+    nodes.patch(testbed::NODE_NAME, &PatchParams::default(), &Patch::Merge(label(json!("true")))).await.expect("label");
+    let published = s.wait_host("localhost:32000").await;
+    assert_eq!(
+        published.host_from_cluster_network.as_deref(),
+        Some("registry.container-registry.svc.cluster.local:5000")
+    );
+    nodes.patch(testbed::NODE_NAME, &PatchParams::default(), &Patch::Merge(label(json!(null)))).await.expect("unlabel");
+    s.wait_published("the withdrawal once no node says MicroK8s", Option::is_none).await;
+    ControlPlane::shared().delete_namespace(&s.client, "container-registry").await.expect("cleanup");
+}

@@ -61,6 +61,7 @@ func (p *publisher) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result,
 func main() {
 	namespace := flag.String("configmap-namespace", "kube-public", "namespace of the published ConfigMap")
 	name := flag.String("configmap-name", "local-registry-hosting", "name of the published ConfigMap")
+	watchNamespace := flag.String("watch-namespace", "", "watch only this namespace's Services (all when empty)")
 	flag.Parse()
 
 	// controller-runtime registers --kubeconfig itself.
@@ -70,8 +71,12 @@ func main() {
 		os.Exit(2)
 	}
 	selector := labels.SelectorFromSet(labels.Set{registryLabel: "true"})
+	cacheOptions := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Service{}: {Label: selector}}}
+	if *watchNamespace != "" {
+		cacheOptions.DefaultNamespaces = map[string]cache.Config{*watchNamespace: {}}
+	}
 	manager, err := ctrl.NewManager(config, ctrl.Options{
-		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Service{}: {Label: selector}}},
+		Cache:                  cacheOptions,
 		Metrics:                server.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

@@ -17,7 +17,8 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 
-use super::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, readers};
+use super::text::{say, shout};
+use super::{EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, published_status, readers};
 use crate::controller::{publisher, pull as pull_task};
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::keys;
@@ -40,43 +41,44 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     let configmap = match configmaps.get_opt(&settings.configmap_name).await {
         Ok(configmap) => configmap,
         Err(error) => {
-            eprintln!("error: cannot read ConfigMap {target}: {error}");
+            shout!("error: cannot read ConfigMap {target}: {error}");
             return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
     let mut wrong = false;
-    let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned()).unwrap_or_default();
-    let document = LocalRegistryHostingV1::parse(&text).unwrap_or_default();
-    println!("== Published: {target}");
-    if document.is_empty() {
-        println!("  nothing");
-    } else {
-        text.lines().for_each(|line| println!("  {line}"));
-        for verdict in readers::verdicts(&text) {
-            if let Some(problem) = &verdict.problem {
-                wrong = true;
-                println!("  {}: PROBLEM: {problem}", verdict.reader);
-            }
+    let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned());
+    let verdicts = text.as_deref().map(readers::verdicts).unwrap_or_default();
+    // As `get` answers: nothing published (3), or a reader rejects it, an unparsable document included (4).
+    let status = published_status(text.as_deref(), &verdicts);
+    let document = text.as_deref().and_then(|t| LocalRegistryHostingV1::parse(t).ok()).unwrap_or_default();
+    say!("== Published: {target}");
+    match text.as_deref().filter(|t| !t.trim().is_empty()) {
+        None => say!("  nothing"),
+        Some(text) => text.lines().for_each(|line| say!("  {line}")),
+    }
+    for verdict in &verdicts {
+        if let Some(problem) = &verdict.problem {
+            say!("  {}: PROBLEM: {problem}", verdict.reader);
         }
     }
 
-    println!("\n== From this machine");
+    say!("\n== From this machine");
     match &document.host {
         Some(host) => {
             let result = probe::probe(host).await;
             wrong |= !result.ok;
-            println!("  host {host}: {}", result.summary);
+            say!("  host {host}: {}", result.summary);
             if let (false, Some(help)) = (result.ok, &document.help) {
-                println!("  help: {help}");
+                say!("  help: {help}");
             }
         }
-        None => println!("  no host is published, so tools outside the cluster find no registry"),
+        None => say!("  no host is published, so tools outside the cluster find no registry"),
     }
 
-    println!("\n== From the cluster (what the controller sees and decides)");
-    println!("  reading the registries, their endpoints and the ConfigMap...");
+    say!("\n== From the cluster (what the controller sees and decides)");
+    say!("  reading the registries, their endpoints and the ConfigMap...");
     let Ok(cluster) = tokio::time::timeout(CLUSTER_TIMEOUT, publisher::observe(&client, settings)).await else {
-        eprintln!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
+        shout!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
         return ExitCode::from(EXIT_UNREACHABLE);
     };
     let registries = registry::registries(&cluster, settings);
@@ -92,13 +94,16 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     };
     let decision = publish::decide(&input);
     if registries.allowed.is_empty() && registries.ignored.is_empty() {
-        println!(
-            "  no registry: no Service matches {:?} in an allowed namespace",
-            settings.registry_selector.to_string()
-        );
+        say!("  no registry: no Service matches {:?} in an allowed namespace", settings.registry_selector.to_string());
     }
+    let pods = controller_pods(&client).await;
     let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
+    let running: Vec<&str> = match &pods {
+        Ok(pods) => pods.iter().filter(|p| p.phase == "Running").map(|p| p.name.as_str()).collect(),
+        Err(()) => Vec::new(),
+    };
+    let mut unverified = 0;
     let said = |id: &registry::ServiceId| -> Vec<&publish::Notice> {
         decision.notices.iter().filter(|n| n.regards(&id.namespace, &id.name)).collect()
     };
@@ -115,62 +120,67 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
         } else {
             notices.iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ")
         };
-        println!("  {} ({state}): {verdict}", registry.id);
-        if let Some((reason, note)) = last_event(&events, &registry.id) {
-            println!("    the controller's last Event on it: {reason}: {note}");
+        say!("  {} ({state}): {verdict}", registry.id);
+        let (verified, claimed) = last_event(&events, &registry.id, &running);
+        if let Some((reason, note)) = verified {
+            say!("    the controller's last Event on it: {reason}: {note}");
         }
+        unverified += claimed;
     }
     for ignored in &registries.ignored {
         let verdict = said(&ignored.id).iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ");
-        println!("  {} ({}, namespace not allowed): {verdict}", ignored.id, ignored.origin);
+        say!("  {} ({}, namespace not allowed): {verdict}", ignored.id, ignored.origin);
     }
     let stale = match (&decision.action, stored) {
         (_, Some(stored)) if !stored.owned => {
             let writer = stored.writer.as_deref().unwrap_or("another tool");
-            println!("  the ConfigMap was written by {writer}; the controller changes it only with --take-over");
+            say!("  the ConfigMap was written by {writer}; the controller changes it only with --take-over");
             false
         }
         (Action::Keep, _) => {
             match &decision.held_back {
-                Some(why) => println!("  the ConfigMap is kept as it is: {why}"),
-                None => println!("  the ConfigMap is current: it holds what the controller would publish now"),
+                Some(why) => say!("  the ConfigMap is kept as it is: {why}"),
+                None => say!("  the ConfigMap is current: it holds what the controller would publish now"),
             }
             decision.held_back.is_some()
         }
         (Action::Apply { document: Some(document), .. }, _) => {
-            println!("  the ConfigMap is STALE: the controller would publish {document}");
+            say!("  the ConfigMap is STALE: the controller would publish {document}");
             true
         }
         (Action::Apply { document: None, .. } | Action::Delete { .. }, _) => {
-            println!("  the ConfigMap is STALE: the controller would withdraw it");
+            say!("  the ConfigMap is STALE: the controller would withdraw it");
             true
         }
     };
+    if unverified > 0 {
+        say!(
+            "  {unverified} Event(s) on these registries claim to come from the controller but name no running \
+             controller pod: not shown (anyone who may create Events can write them)"
+        );
+    }
     wrong |= stale;
-    controllers(&client).await;
+    controllers(&client, &pods).await;
     if let Some(pull) = &settings.pull_secrets {
         let published = decision.published.as_ref();
         let Ok(observed) = tokio::time::timeout(CLUSTER_TIMEOUT, pull_task::observe(&client, published, pull)).await
         else {
-            eprintln!("error: the pull credentials' objects could not be read within {CLUSTER_TIMEOUT:?}");
+            shout!("error: the pull credentials' objects could not be read within {CLUSTER_TIMEOUT:?}");
             return ExitCode::from(EXIT_UNREACHABLE);
         };
         wrong |= !pull_credentials(published, &observed, pull);
     }
 
     if let Some(from_cluster) = from_cluster {
-        println!("\n== From a pod");
+        say!("\n== From a pod");
         match document.host_from_cluster_network.as_ref().or(document.host.as_ref()) {
             Some(address) => wrong |= !probe_from_pod(&client, &from_cluster, address).await,
-            None => println!("  nothing to probe: neither hostFromClusterNetwork nor host is published"),
+            None => say!("  nothing to probe: neither hostFromClusterNetwork nor host is published"),
         }
     }
-    if document.is_empty() {
-        ExitCode::from(EXIT_NONE)
-    } else if wrong {
-        ExitCode::from(EXIT_READER_REJECTS)
-    } else {
-        ExitCode::SUCCESS
+    match status {
+        0 if wrong => ExitCode::from(EXIT_READER_REJECTS),
+        status => ExitCode::from(status),
     }
 }
 
@@ -178,50 +188,41 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
 /// Returns whether all is well.
 fn pull_credentials(published: Option<&Published>, observed: &pull::Observed, settings: &PullSecrets) -> bool {
     use keys::namespace::{PULL_SECRET_WANTED, PULL_SECRET_WANTED_VALUE};
-    println!(
+    say!(
         "\n== Pull credentials (Secret {} in namespaces labelled {PULL_SECRET_WANTED}={PULL_SECRET_WANTED_VALUE})",
         settings.name,
     );
     match published.map(|p| (p, pull::credentials_secret(p))) {
-        None => println!("  no registry is published, so none are distributed"),
+        None => say!("  no registry is published, so none are distributed"),
         Some((p, None)) => {
-            println!("  registry {} names no credentials Secret ({})", p.registry, keys::service::PULL_SECRET);
+            say!("  registry {} names no credentials Secret ({})", p.registry, keys::service::PULL_SECRET);
         }
         Some((p, Some((namespace, name)))) => {
-            println!("  registry {} names the credentials Secret {namespace}/{name}", p.registry);
+            say!("  registry {} names the credentials Secret {namespace}/{name}", p.registry);
         }
     }
     let labelled: Vec<&str> = observed.namespaces.iter().map(|n| n.as_str()).collect();
-    println!("  labelled namespaces: {}", if labelled.is_empty() { "none".into() } else { labelled.join(", ") });
+    say!("  labelled namespaces: {}", if labelled.is_empty() { "none".into() } else { labelled.join(", ") });
     let holding: Vec<String> =
         observed.secrets.iter().filter(|s| pull::is_ours(s)).filter_map(|s| s.namespace()).collect();
-    println!(
-        "  holding the controller's Secret: {}",
-        if holding.is_empty() { "none".into() } else { holding.join(", ") }
-    );
+    say!("  holding the controller's Secret: {}", if holding.is_empty() { "none".into() } else { holding.join(", ") });
     let plan = pull::plan(published, observed, settings);
     for notice in &plan.notices {
-        println!("  PROBLEM ({}): {}", notice.reason.as_str(), notice.message);
+        say!("  PROBLEM ({}): {}", notice.reason.as_str(), notice.message);
     }
     let namespaces = |secrets: Vec<String>| secrets.join(", ");
     if !plan.apply.is_empty() {
-        println!(
-            "  STALE: would write it in {}",
-            namespaces(plan.apply.iter().filter_map(|s| s.namespace()).collect())
-        );
+        say!("  STALE: would write it in {}", namespaces(plan.apply.iter().filter_map(|s| s.namespace()).collect()));
     }
     if !plan.delete.is_empty() {
-        println!(
-            "  STALE: would remove it from {}",
-            namespaces(plan.delete.iter().map(|(ns, _)| ns.clone()).collect())
-        );
+        say!("  STALE: would remove it from {}", namespaces(plan.delete.iter().map(|(ns, _)| ns.clone()).collect()));
     }
     for account in &plan.accounts {
-        println!("  STALE: would update ServiceAccount {}/{}", account.namespace, account.name);
+        say!("  STALE: would update ServiceAccount {}/{}", account.namespace, account.name);
     }
     let well = plan.notices.is_empty() && plan.is_empty();
     if well {
-        println!("  current: every labelled namespace holds what the controller would write");
+        say!("  current: every labelled namespace holds what the controller would write");
     }
     well
 }
@@ -243,46 +244,80 @@ async fn controller_events<'a>(
     found
 }
 
-/// The newest Event a running controller recorded on a registry Service: proof that one is at work, and what it said.
+/// The newest Event on a registry Service that a running controller pod recorded (its `reportingInstance` is that
+/// pod's name), and how many others claim to be the controller's without naming one: anyone who may create Events
+/// can write `reportingController: local-registry-publisher`.
 fn last_event(
     events: &std::collections::BTreeMap<String, Vec<Event>>,
     id: &registry::ServiceId,
-) -> Option<(String, String)> {
-    events
-        .get(&id.namespace)?
-        .iter()
+    running: &[&str],
+) -> (Option<(String, String)>, usize) {
+    let on_it: Vec<&Event> = events
+        .get(&id.namespace)
+        .into_iter()
+        .flatten()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()))
+        .collect();
+    let tied = |e: &&Event| e.reporting_instance.as_deref().is_some_and(|i| running.contains(&i));
+    let (verified, claimed): (Vec<&Event>, Vec<&Event>) = on_it.into_iter().partition(tied);
+    let newest = verified
+        .into_iter()
         .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
-        .map(|e| (e.reason.clone().unwrap_or_default(), e.note.clone().unwrap_or_default()))
+        .map(|e| (e.reason.clone().unwrap_or_default(), e.note.clone().unwrap_or_default()));
+    (newest, claimed.len())
 }
 
-/// The chart's controller pods, whatever the release or name overrides, and the Leases they hold.
-const CONTROLLER_PODS: &str =
-    "app.kubernetes.io/part-of=local-registry-publisher,app.kubernetes.io/component=controller";
+/// The chart's controller pods, whatever the release or name overrides.
+fn controller_pods_selector() -> kube::core::Selector {
+    use crate::watching::equal;
+    let mut selector = equal(keys::chart::PART_OF, keys::MANAGER);
+    selector.extend(equal(keys::chart::COMPONENT, keys::chart::CONTROLLER));
+    selector
+}
+
+/// A controller pod: where it runs, and its phase.
+struct ControllerPod {
+    namespace: String,
+    name: String,
+    phase: String,
+}
+
+/// The controller pods; `Err` when this identity may not list pods.
+async fn controller_pods(client: &Client) -> Result<Vec<ControllerPod>, ()> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let list = pods.list(&ListParams::default().labels_from(&controller_pods_selector())).await.map_err(drop)?;
+    Ok(list
+        .items
+        .iter()
+        .map(|pod| ControllerPod {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+        })
+        .collect())
+}
 
 /// Controller pods and who holds their Leases.
-async fn controllers(client: &Client) {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let Ok(list) = pods.list(&ListParams::default().labels(CONTROLLER_PODS)).await else {
-        println!("  controller pods: cannot list pods with this identity");
+async fn controllers(client: &Client, pods: &Result<Vec<ControllerPod>, ()>) {
+    let Ok(pods) = pods else {
+        say!("  controller pods: cannot list pods with this identity");
         return;
     };
-    if list.items.is_empty() {
-        println!("  controller pods: none found with labels {CONTROLLER_PODS}");
+    if pods.is_empty() {
+        say!("  controller pods: none found with labels {}", controller_pods_selector());
     }
-    for pod in &list.items {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
-        println!("  controller pod {}/{}: {phase}", pod.namespace().unwrap_or_default(), pod.name_any());
+    for pod in pods {
+        say!("  controller pod {}/{}: {}", pod.namespace, pod.name, pod.phase);
     }
     // A leader's identity is its pod name and a random suffix (see `pod::name`), so its Lease is found by holder.
-    let held_by_a_pod = |holder: &str| list.items.iter().any(|p| holder.starts_with(&format!("{}_", p.name_any())));
-    let namespaces: std::collections::BTreeSet<String> = list.items.iter().filter_map(|p| p.namespace()).collect();
+    let held_by_a_pod = |holder: &str| pods.iter().any(|p| holder.starts_with(&format!("{}_", p.name)));
+    let namespaces: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     for namespace in namespaces {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
         for lease in leases.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
             let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
             if held_by_a_pod(&holder) {
-                println!("  leader Lease {namespace}/{}: held by {holder}", lease.name_any());
+                say!("  leader Lease {namespace}/{}: held by {holder}", lease.name_any());
             }
         }
     }
@@ -292,7 +327,7 @@ async fn controllers(client: &Client) {
 async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> bool {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &from.namespace);
     let pod: Pod = match serde_json::from_value(serde_json::json!({
-        "metadata": {"generateName": "registry-doctor-", "labels": {"app.kubernetes.io/component": "registry-doctor"}},
+        "metadata": {"generateName": "registry-doctor-", "labels": {keys::chart::COMPONENT: keys::chart::DOCTOR}},
         "spec": {
             "restartPolicy": "Never",
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -303,18 +338,18 @@ async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> b
     })) {
         Ok(pod) => pod,
         Err(error) => {
-            println!("  cannot build the probe pod: {error}");
+            say!("  cannot build the probe pod: {error}");
             return false;
         }
     };
     let name = match pods.create(&PostParams::default(), &pod).await {
         Ok(created) => created.name_any(),
         Err(error) => {
-            println!("  cannot start a probe pod in {}: {error}", from.namespace);
+            say!("  cannot start a probe pod in {}: {error}", from.namespace);
             return false;
         }
     };
-    println!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
+    say!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
     let finished = |pod: Option<&Pod>| {
         let phase = pod.and_then(|p| p.status.as_ref()?.phase.as_deref());
         matches!(phase, Some("Succeeded" | "Failed"))
@@ -329,11 +364,11 @@ async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> b
     let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
     match phase.as_str() {
         "Succeeded" | "Failed" => {
-            println!("  {}", logs.trim());
+            say!("  {}", logs.trim());
             phase == "Succeeded"
         }
         other => {
-            println!("  the probe pod did not finish within {CLUSTER_TIMEOUT:?} (phase {other:?}); it was removed");
+            say!("  the probe pod did not finish within {CLUSTER_TIMEOUT:?} (phase {other:?}); it was removed");
             false
         }
     }

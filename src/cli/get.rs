@@ -8,7 +8,8 @@ use kube::api::Api;
 use serde::Serialize;
 
 use super::readers::{self, Verdict};
-use super::{EXIT_NONE, EXIT_READER_REJECTS, EXIT_UNREACHABLE};
+use super::text::{safe, say, shout};
+use super::{EXIT_UNREACHABLE, published_status};
 use crate::config::OutputFormat;
 use crate::hosting::DATA_KEY;
 use crate::hosting::configmap::Stored;
@@ -33,51 +34,58 @@ pub async fn get(client: Client, settings: &Settings, output: OutputFormat) -> E
     let configmap = match api.get_opt(&settings.configmap_name).await {
         Ok(configmap) => configmap,
         Err(error) => {
-            eprintln!("error: cannot read ConfigMap {target}: {error}");
+            shout!("error: cannot read ConfigMap {target}: {error}");
             return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
     let existing = configmap.as_ref().map(Stored::read);
     let text = existing.as_ref().and_then(|e| e.text.clone());
+    let verdicts = text.as_deref().map(readers::verdicts).unwrap_or_default();
+    let status = published_status(text.as_deref(), &verdicts);
+    // Every string that came from the cluster is made safe to print, whatever the output format.
     let report = Report {
         configmap: target.clone(),
-        writer: existing.as_ref().and_then(|e| e.writer.clone()),
+        writer: existing.as_ref().and_then(|e| e.writer.as_deref()).map(|w| safe(w).into_owned()),
         ours: existing.as_ref().is_some_and(|e| e.owned),
-        readers: text.as_deref().map(readers::verdicts).unwrap_or_default(),
-        document: text,
+        readers: verdicts.into_iter().map(safe_verdict).collect(),
+        document: text.as_deref().map(safe_lines),
     };
     print_report(&report, output);
-    if report.document.as_deref().is_none_or(|t| t.trim().is_empty()) {
-        ExitCode::from(EXIT_NONE)
-    } else if report.readers.iter().any(|v| v.problem.is_some()) {
-        ExitCode::from(EXIT_READER_REJECTS)
-    } else {
-        ExitCode::SUCCESS
-    }
+    ExitCode::from(status)
+}
+
+/// Each line made safe, the line breaks kept.
+fn safe_lines(text: &str) -> String {
+    text.lines().map(|line| safe(line).into_owned() + "\n").collect()
+}
+
+fn safe_verdict(verdict: Verdict) -> Verdict {
+    let clean = |value: Option<String>| value.map(|v| safe(&v).into_owned());
+    Verdict { uses: clean(verdict.uses), problem: clean(verdict.problem), note: clean(verdict.note), ..verdict }
 }
 
 fn print_report(report: &Report, output: OutputFormat) {
     match output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(report).unwrap_or_default()),
-        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        OutputFormat::Json => say!("{}", serde_json::to_string_pretty(report).unwrap_or_default()),
+        OutputFormat::Yaml => say!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
         OutputFormat::Text => {
             let Some(text) = &report.document else {
-                println!("Nothing is published: ConfigMap {} does not exist or has no {DATA_KEY}.", report.configmap);
+                say!("Nothing is published: ConfigMap {} does not exist or has no {DATA_KEY}.", report.configmap);
                 return;
             };
             let writer = report.writer.as_deref().unwrap_or("an unknown writer");
             let whose =
                 if report.ours { "this controller".to_string() } else { format!("{writer}, not this controller") };
-            println!("ConfigMap {} (written by {whose}):", report.configmap);
+            say!("ConfigMap {} (written by {whose}):", report.configmap);
             for line in text.lines() {
-                println!("  {line}");
+                say!("  {line}");
             }
-            println!("\nWhat each reader will use:");
+            say!("\nWhat each reader will use:");
             for verdict in &report.readers {
                 match (&verdict.uses, &verdict.problem, &verdict.note) {
-                    (_, Some(problem), _) => println!("  {:<20} PROBLEM: {problem}", verdict.reader),
-                    (Some(uses), None, _) => println!("  {:<20} {uses}", verdict.reader),
-                    (None, None, note) => println!("  {:<20} - ({})", verdict.reader, note.as_deref().unwrap_or("")),
+                    (_, Some(problem), _) => say!("  {:<20} PROBLEM: {problem}", verdict.reader),
+                    (Some(uses), None, _) => say!("  {:<20} {uses}", verdict.reader),
+                    (None, None, note) => say!("  {:<20} - ({})", verdict.reader, note.as_deref().unwrap_or("")),
                 }
             }
         }

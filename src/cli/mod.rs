@@ -12,9 +12,23 @@ mod get;
 pub mod probe;
 pub mod readers;
 mod render;
+pub mod text;
 
 pub use get::get;
 pub use render::{render, render_pull_secret};
+
+/// The exit status for a published text and the readers' verdicts on it: 3 when there is no text (or only white
+/// space), 4 when a reader rejects or misreads it (one it cannot even parse included), else 0. `get` and `doctor`
+/// both answer with it.
+pub fn published_status(text: Option<&str>, verdicts: &[readers::Verdict]) -> u8 {
+    if text.is_none_or(|t| t.trim().is_empty()) {
+        EXIT_NONE
+    } else if verdicts.iter().any(|v| v.problem.is_some()) {
+        EXIT_READER_REJECTS
+    } else {
+        0
+    }
+}
 
 pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_NONE: u8 = 3;

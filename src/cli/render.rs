@@ -10,6 +10,7 @@ use kube::core::SelectorExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::text::{say, shout};
 use super::{EXIT_INVALID, EXIT_NONE, EXIT_READER_REJECTS};
 use crate::publish::{self, Action, Memory};
 use crate::registry::{self, Cluster, MICROK8S, MINIKUBE};
@@ -22,7 +23,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     let text = match read_input(input) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("error: cannot read {input}: {error}");
+            shout!("error: cannot read {input}: {error}");
             return ExitCode::from(EXIT_INVALID);
         }
     };
@@ -35,7 +36,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
         let service: Service = match serde_json::from_value(value) {
             Ok(service) => service,
             Err(error) => {
-                eprintln!("error: a Service in {input} is not valid: {error}");
+                shout!("error: a Service in {input} is not valid: {error}");
                 return ExitCode::from(EXIT_INVALID);
             }
         };
@@ -55,7 +56,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     for registry in &mut registries.allowed {
         registry.ready = true;
         if let Err(problem) = &registry.document {
-            eprintln!("{}: {} ({})", registry.id, problem.message, problem.fault.as_str());
+            shout!("{}: {} ({})", registry.id, problem.message, problem.fault.as_str());
         }
     }
     let memory = Memory::default();
@@ -70,16 +71,16 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     match decision.action {
         Action::Apply { configmap, document: Some(_) } => {
             if let Some(published) = &decision.published {
-                eprintln!("# from registry {}", published.registry);
+                shout!("# from registry {}", published.registry);
             }
             let manifest =
                 Manifest { api_version: "v1", kind: "ConfigMap", metadata: &configmap.metadata, data: &configmap.data };
-            print!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
+            say!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
             ExitCode::SUCCESS
         }
         _ if registries.allowed.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
         _ => {
-            eprintln!("no registry Service in {input} matches {:?}", settings.registry_selector.to_string());
+            shout!("no registry Service in {input} matches {:?}", settings.registry_selector.to_string());
             ExitCode::from(EXIT_NONE)
         }
     }
@@ -89,24 +90,24 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
 pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str, namespace: Option<&str>) -> ExitCode {
     for server in servers {
         if let Err(reason) = crate::hosting::Field::Host.check(server) {
-            eprintln!("error: --server {server:?}: {reason}");
+            shout!("error: --server {server:?}: {reason}");
             return ExitCode::from(EXIT_INVALID);
         }
     }
     let mut input = String::new();
     if let Err(error) = std::io::stdin().read_to_string(&mut input) {
-        eprintln!("error: cannot read the password or token from standard input: {error}");
+        shout!("error: cannot read the password or token from standard input: {error}");
         return ExitCode::from(EXIT_INVALID);
     }
     let secret = crate::pull::credentials::without_line_break(&input);
     if secret.is_empty() {
-        eprintln!("error: standard input is empty: pipe in the password or token");
+        shout!("error: standard input is empty: pipe in the password or token");
         return ExitCode::from(EXIT_INVALID);
     }
     let credentials = match crate::pull::Credentials::new(username.map(String::from), secret.to_string()) {
         Ok(credentials) => credentials,
         Err(why) => {
-            eprintln!("error: {why}");
+            shout!("error: {why}");
             return ExitCode::from(EXIT_INVALID);
         }
     };
@@ -121,7 +122,7 @@ pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str
         data: Some([(crate::pull::DATA_KEY.to_string(), k8s_openapi::ByteString(config.into_bytes()))].into()),
         ..Default::default()
     };
-    print!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
+    say!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
     ExitCode::SUCCESS
 }
 

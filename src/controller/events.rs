@@ -96,11 +96,11 @@ impl<N> Latest<N> {
 }
 
 impl<N: Tell> EventLog<N> {
-    /// `action` names what the concern does, in each Event's `action` field.
-    pub fn start(client: Client, action: &'static str) -> Self {
+    /// `action` names what the concern does, in each Event's `action` field; `instance` names this replica.
+    pub fn start(client: Client, action: &'static str, instance: &str) -> Self {
         let latest =
             Arc::new(Latest { notices: Mutex::new(None), wake: Notify::new(), closed: AtomicBool::new(false) });
-        let poster = Poster { client, action, instance: crate::pod::name(), said: HashMap::new() };
+        let poster = Poster { client, action, instance: instance.to_string(), said: HashMap::new() };
         Self { task: tokio::spawn(poster.run(latest.clone())), latest }
     }
 

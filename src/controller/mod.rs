@@ -76,18 +76,21 @@ pub struct Context {
     pub health: Arc<Health>,
     /// Whether this replica may write; always true without leader election.
     pub leading: channel::Receiver<bool>,
+    /// This replica's name in the Events it posts (`reportingInstance`): its pod's name, which `doctor` checks.
+    pub instance: String,
     _always_leading: Option<Arc<channel::Sender<bool>>>,
 }
 
 impl Context {
     /// `leading` comes from a leader elector; `None` means this replica always leads.
     pub fn new(metrics: Metrics, health: Arc<Health>, leading: Option<channel::Receiver<bool>>) -> Self {
+        let instance = crate::pod::name();
         match leading {
-            Some(leading) => Self { metrics, health, leading, _always_leading: None },
+            Some(leading) => Self { metrics, health, leading, instance, _always_leading: None },
             None => {
                 let (sender, leading) = channel::channel(true);
                 metrics.leading(true);
-                Self { metrics, health, leading, _always_leading: Some(Arc::new(sender)) }
+                Self { metrics, health, leading, instance, _always_leading: Some(Arc::new(sender)) }
             }
         }
     }

@@ -100,17 +100,11 @@ async fn stop(client: Client, namespace: &str, name: &str) -> Result<(), Error> 
         info!(%deployment, "the controller's Deployment is already gone");
         return Ok(());
     };
-    let selector = existing
-        .spec
-        .and_then(|spec| spec.selector.match_labels)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    if selector.is_empty() {
+    let labels = existing.spec.and_then(|spec| spec.selector.match_labels).unwrap_or_default();
+    if labels.is_empty() {
         return Err(Error::NoSelector(deployment));
     }
+    let selector: kube::core::Selector = labels.into_iter().collect();
     deployments
         .patch(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})))
         .await
@@ -119,7 +113,7 @@ async fn stop(client: Client, namespace: &str, name: &str) -> Result<(), Error> 
     let pods: Api<Pod> = Api::namespaced(client, namespace);
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
-        let left = pods.list(&ListParams::default().labels(&selector)).await.map_err(failed)?.items.len();
+        let left = pods.list(&ListParams::default().labels_from(&selector)).await.map_err(failed)?.items.len();
         if left == 0 {
             info!(%deployment, "the controller has stopped");
             return Ok(());

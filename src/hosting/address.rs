@@ -94,7 +94,15 @@ pub fn check(value: &str) -> Result<Host, String> {
         if ip.is_unspecified() {
             return Err("0.0.0.0 is a listen address, not one to connect to".into());
         }
+        if ip.is_broadcast() {
+            return Err("255.255.255.255 is the limited broadcast address, not one to connect to".into());
+        }
         return Ok(Host::V4(ip));
+    }
+    // `256.1.1.1` or `010.0.0.1` is no IPv4 address in canonical form, and parsers disagree on it (some read `010`
+    // as octal, others as decimal or a name).
+    if name.split('.').all(|label| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("{name:?} is all digits but not an IPv4 address in canonical form (like 10.0.0.1)"));
     }
     dns_name(name)?;
     Ok(Host::Name(name.to_string()))
@@ -166,7 +174,18 @@ mod tests {
             assert_eq!(Host::normalise(given).map(|h| h.to_string()), Ok(canonical.to_string()), "{given}");
         }
         assert_eq!(Host::normalise("fd00:10::200").unwrap().with_port(Some(5000)), "[fd00:10::200]:5000");
-        for bad in ["0.0.0.0", "::", "[0:0::0]", "fe80::1", "fe80::1%eth0", "a..b", "-x.example", ""] {
+        for bad in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "::",
+            "[0:0::0]",
+            "fe80::1",
+            "fe80::1%eth0",
+            "a..b",
+            "-x.example",
+            "",
+            "010.0.0.1",
+        ] {
             assert!(Host::normalise(bad).is_err(), "{bad}");
         }
     }
@@ -193,6 +212,11 @@ mod tests {
             ("регистр.example", "xn--"),
             ("fd00::1:5000", "brackets"),
             ("0.0.0.0:5000", "listen address"),
+            ("255.255.255.255:5000", "broadcast"),
+            ("256.1.1.1:5000", "canonical form"),
+            ("010.0.0.1:5000", "canonical form"),
+            ("1.2.3:5000", "canonical form"),
+            ("12345", "canonical form"),
         ];
         for (value, rule) in cases {
             let error = check(value).expect_err(value);
@@ -204,9 +228,15 @@ mod tests {
 
     #[test]
     fn accepts_real_addresses() {
-        for value in
-            ["[fd00:10::200]:5000", "[::1]:5000", "[2001:db8::1]", "127.0.0.1:5000", "xn--e1afmkfd.example:443"]
-        {
+        for value in [
+            "[fd00:10::200]:5000",
+            "[::1]:5000",
+            "[2001:db8::1]",
+            "127.0.0.1:5000",
+            "xn--e1afmkfd.example:443",
+            "1.registry.example:5000",
+            "reg.123abc:5000",
+        ] {
             assert!(check(value).is_ok(), "{value}");
         }
     }

@@ -51,11 +51,20 @@ impl Field {
         }
     }
 
+    /// Whether its value is a registry address (`host[:port]`) images are pushed to or pulled from.
+    pub fn is_address(self) -> bool {
+        match self {
+            Field::Host | Field::HostFromContainerRuntime | Field::HostFromClusterNetwork => true,
+            Field::Help => false,
+        }
+    }
+
     /// Checks one value on its own: every rule of this field that does not depend on the other fields.
     pub fn check(self, value: &str) -> Result<(), String> {
-        match self {
-            Field::Host | Field::HostFromContainerRuntime | Field::HostFromClusterNetwork => validate_host(value)?,
-            Field::Help => validate_help(value)?,
+        if self.is_address() {
+            validate_host(value)?
+        } else {
+            validate_help(value)?
         }
         // The knative Tiltfile greps for "host:" and keeps every matching line, so only the host line may match.
         if self != Field::Host && value.contains("host:") {
@@ -130,9 +139,17 @@ impl LocalRegistryHostingV1 {
         self.fields().all(|(_, value)| value.is_none())
     }
 
-    /// Each field with its value, in render order.
+    /// Each field with its value, in render order. Destructured whole, so a new field cannot be left out.
     pub fn fields(&self) -> impl Iterator<Item = (Field, Option<&str>)> {
-        Field::ALL.into_iter().map(|field| (field, self.get(field)))
+        let Self { host, host_from_container_runtime, host_from_cluster_network, help } = self;
+        [
+            (Field::Host, host),
+            (Field::HostFromContainerRuntime, host_from_container_runtime),
+            (Field::HostFromClusterNetwork, host_from_cluster_network),
+            (Field::Help, help),
+        ]
+        .into_iter()
+        .map(|(field, value)| (field, value.as_deref()))
     }
 
     /// Checks every rule; the first broken one is returned.
@@ -232,6 +249,29 @@ mod tests {
             host_from_cluster_network: some(cluster),
             help: some(help),
         }
+    }
+
+    #[test]
+    fn every_field_is_listed_once_in_render_order_and_reaches_its_own_value() {
+        let mut document = LocalRegistryHostingV1::default();
+        for (i, field) in Field::ALL.into_iter().enumerate() {
+            document.set(field, Some(format!("value-{i}")));
+        }
+        let fields: Vec<(Field, Option<&str>)> = document.fields().collect();
+        let expected: Vec<(Field, Option<String>)> =
+            Field::ALL.into_iter().enumerate().map(|(i, f)| (f, Some(format!("value-{i}")))).collect();
+        assert_eq!(fields.len(), Field::ALL.len(), "ALL lists every field of the document");
+        for ((field, value), (wanted, wanted_value)) in fields.into_iter().zip(expected) {
+            assert_eq!((field, value), (wanted, wanted_value.as_deref()));
+            assert_eq!(document.get(field), value);
+        }
+        let keys: Vec<&str> = Field::ALL.iter().map(|f| f.key()).collect();
+        assert_eq!(keys, ["host", "hostFromContainerRuntime", "hostFromClusterNetwork", "help"]);
+        let addresses: Vec<bool> = Field::ALL.iter().map(|f| f.is_address()).collect();
+        assert_eq!(addresses, [true, true, true, false]);
+        let annotations: std::collections::BTreeSet<&str> = Field::ALL.iter().map(|f| f.annotation()).collect();
+        assert_eq!(annotations.len(), 4, "each field its own annotation");
+        assert!(annotations.contains(crate::keys::service::HOST_FROM_CLUSTER_NETWORK));
     }
 
     #[test]

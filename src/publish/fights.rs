@@ -1,7 +1,8 @@
 //! Another writer undoing our document: a second release with its own Lease, a local debug run beside the chart, a
 //! script. Each time we must write over a ConfigMap state we did not leave, that is a correction; a manual edit
 //! causes one. Three in a minute is a fight: rather than rewrite the ConfigMap a dozen times a second, each further
-//! write waits, from 30 s doubling to 5 min, and the fight is reported. A minute without corrections ends it.
+//! write waits, from 30 s doubling to 5 min, and the fight is reported. A minute without corrections ends it. Trying
+//! again over the same state (our write was refused, say by an immutable ConfigMap) is not another correction.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -33,13 +34,21 @@ pub enum Gate {
 pub struct Fights {
     ours: VecDeque<String>,
     corrections: VecDeque<Instant>,
+    /// The last state counted as a correction: writing over it again is a retry, not another correction.
+    corrected: Option<String>,
     hold: Duration,
     hold_until: Option<Instant>,
 }
 
 impl Default for Fights {
     fn default() -> Self {
-        Self { ours: VecDeque::new(), corrections: VecDeque::new(), hold: FIRST_HOLD, hold_until: None }
+        Self {
+            ours: VecDeque::new(),
+            corrections: VecDeque::new(),
+            corrected: None,
+            hold: FIRST_HOLD,
+            hold_until: None,
+        }
     }
 }
 
@@ -62,10 +71,13 @@ impl Fights {
             return Gate::Hold { until, started: false, hold: self.hold };
         }
         let stored = stored.unwrap_or(ABSENT);
-        let correction = !self.ours.is_empty() && !self.ours.iter().any(|rv| rv == stored);
+        let correction = !self.ours.is_empty()
+            && !self.ours.iter().any(|rv| rv == stored)
+            && self.corrected.as_deref() != Some(stored);
         if !correction {
             return Gate::Write;
         }
+        self.corrected = Some(stored.to_string());
         self.corrections.push_back(now);
         if self.corrections.len() < CORRECTIONS_TO_FIGHT {
             return Gate::Write;
@@ -113,6 +125,20 @@ mod tests {
             panic!("still fighting")
         };
         assert_eq!(hold, FIRST_HOLD * 2);
+    }
+
+    #[test]
+    fn retrying_over_the_same_state_is_not_another_correction() {
+        let start = Instant::now();
+        let mut fights = Fights::default();
+        fights.wrote(Some("1".into()));
+        // Someone made the ConfigMap immutable (version 2); every write over it is refused and retried.
+        for retry in 0..10 {
+            assert_eq!(fights.before_write(Some("2"), start + Duration::from_secs(retry)), Gate::Write, "{retry}");
+        }
+        // A real writer makes new states: those still count.
+        assert_eq!(fights.before_write(Some("3"), start), Gate::Write);
+        assert!(matches!(fights.before_write(Some("4"), start), Gate::Hold { started: true, .. }));
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct Decision {
     /// Who a refused write is told on: the registry it was for, else the ConfigMap.
     pub subject: ObjectReference,
     pub notices: Vec<Notice>,
+    /// Told only once the action went through: the winner's `Published`, when this pass writes it.
+    pub confirmation: Option<Notice>,
     /// Look again then even if nothing changes: a grace period or a hold runs out.
     pub recheck_after: Option<Duration>,
     /// Why nothing is written although the stored document is not the one wanted, for the log.
@@ -141,13 +143,16 @@ pub fn decide(input: &Input) -> Decision {
                 problem.message.clone(),
             ));
         } else if winner.is_none_or(|w| w.id != registry.id) {
-            let message = match winner {
-                Some(w) if eligible(registry) => format!(
-                    "not published: registry {} ranks higher (priority {} vs {}, then oldest, then by name)",
-                    w.id, w.priority, registry.priority
-                ),
-                Some(w) => format!("not published: no ready endpoint; registry {} is published instead", w.id),
-                None => "not published: no ready endpoint".to_string(),
+            // Said in words of this registry's own state only, so a new winner among a thousand registries costs
+            // Events on the two that changed, not one per loser: the ConfigMap and the winner's Event name it.
+            let message = if eligible(registry) {
+                format!(
+                    "not published: another registry ranks higher (this one has priority {}; the highest priority \
+                     wins, then the oldest, then by name; {target} names the one published)",
+                    registry.priority
+                )
+            } else {
+                "not published: no ready endpoint".to_string()
             };
             notices.push(Notice::new(&registry.reference, Reason::NotPublished, message));
         }
@@ -212,6 +217,7 @@ pub fn decide(input: &Input) -> Decision {
             document,
             subject,
             notices,
+            confirmation: None,
             recheck_after,
             held_back,
             held,
@@ -238,18 +244,30 @@ pub fn decide(input: &Input) -> Decision {
         Action::Apply { document: None, .. } | Action::Delete { .. } => (None, None),
         Action::Keep => (published_now.clone(), stored.and_then(Stored::ours).cloned()),
     };
-    // The winner is told it is published once readers see its document, whoever wrote it.
+    // The winner is told it is published once readers see its document, whoever wrote it: now, or once this pass's
+    // write went through.
+    let mut confirmation = None;
     if let Some(Registry { document: Ok(wanted), reference, .. }) = winner {
-        let seen = match &action {
-            Action::Apply { document: Some(_), .. } => writing_for.is_some(),
-            Action::Keep => stored.and_then(|s| s.document.as_ref()) == Some(wanted),
-            _ => false,
-        };
-        if seen {
-            notices.push(Notice::new(reference, Reason::Published, format!("published to {target}: {wanted}")));
+        let told = || Notice::new(reference, Reason::Published, format!("published to {target}: {wanted}"));
+        match &action {
+            Action::Apply { document: Some(_), .. } if writing_for.is_some() => confirmation = Some(told()),
+            Action::Keep if stored.and_then(|s| s.document.as_ref()) == Some(wanted) => notices.push(told()),
+            Action::Apply { .. } | Action::Keep | Action::Delete { .. } => {}
         }
     }
-    Decision { action, published, published_now, document, subject, notices, recheck_after, held_back, held, memory }
+    Decision {
+        action,
+        published,
+        published_now,
+        document,
+        subject,
+        notices,
+        confirmation,
+        recheck_after,
+        held_back,
+        held,
+        memory,
+    }
 }
 
 /// The allowed registry whose document our stored ConfigMap holds.

@@ -67,7 +67,9 @@ fn publishes_the_ready_registry_says_so_and_hands_it_on() {
     let zot = registry("zot", 0, true);
     let decision = decide_now(std::slice::from_ref(&zot), None, &Settings::default());
     assert_eq!(applied(&decision), Some(Some(&doc(&zot))));
-    assert_eq!(reasons(&decision), [("zot", Reason::Published)]);
+    assert!(reasons(&decision).is_empty(), "nothing is said published before the write went through");
+    let confirmation = decision.confirmation.as_ref().expect("told once written");
+    assert!(confirmation.regards("reg", "zot") && confirmation.reason == Reason::Published);
     let published = decision.published.expect("the registry readers will see");
     assert_eq!((published.registry, published.document), (zot.id.clone(), doc(&zot)));
     assert_eq!(decision.document, Some(doc(&zot)));
@@ -174,11 +176,7 @@ fn a_registry_never_seen_ready_is_not_published_on_credit() {
     assert_eq!(applied(&decision), Some(Some(&doc(&steady))));
     assert!(reasons(&decision).contains(&("fresh", Reason::NotPublished)));
     let notice = decision.notices.iter().find(|n| n.reason == Reason::NotPublished).expect("told");
-    assert!(
-        notice.message.contains("no ready endpoint") && notice.message.contains("reg/steady"),
-        "{}",
-        notice.message
-    );
+    assert_eq!(&*notice.message, "not published: no ready endpoint");
 }
 
 #[test]
@@ -207,13 +205,27 @@ fn an_ignored_registry_takes_no_part_and_is_told_why_once_per_namespace_message(
 }
 
 #[test]
-fn losers_are_told_who_won() {
-    let (high, low) = (registry("high", 5, true), registry("low", 0, true));
-    let decision = decide_now(&[high, low], None, &Settings::default());
-    let loser = decision.notices.iter().find(|n| n.reason == Reason::NotPublished).expect("a notice for the loser");
-    assert!(loser.regards("reg", "low"));
-    assert!(loser.message.contains("reg/high") && loser.message.contains("priority 5 vs 0"), "{}", loser.message);
+fn losers_are_told_in_words_of_their_own_state_so_a_new_winner_does_not_retell_them() {
+    let (high, low, lowest) = (registry("high", 5, true), registry("low", 0, true), registry("lowest", -1, true));
+    let decision = decide_now(&[high.clone(), low.clone(), lowest.clone()], None, &Settings::default());
+    let told = |decision: &Decision, name: &str| -> Notice {
+        let notice = decision.notices.iter().find(|n| n.regards("reg", name) && n.reason == Reason::NotPublished);
+        notice.cloned().unwrap_or_else(|| panic!("{name} is told: {:?}", reasons(decision)))
+    };
+    let loser = told(&decision, "low");
+    assert!(
+        loser.message.contains("another registry ranks higher") && loser.message.contains("priority 0"),
+        "{}",
+        loser.message
+    );
+    assert!(loser.message.contains("kube-public/local-registry-hosting names the one published"), "{}", loser.message);
     assert!(!loser.reason.warning());
+    // A new winner: the other losers' words do not change, so their Events are not posted again.
+    let new_winner = registry("high", 20, true);
+    let again = decide_now(&[new_winner, low, lowest], None, &Settings::default());
+    assert_eq!(told(&again, "lowest").message, told(&decision, "lowest").message);
+    let unready = decide_now(&[high, registry("low", 9, false)], None, &Settings::default());
+    assert_eq!(&*told(&unready, "low").message, "not published: no ready endpoint");
 }
 
 #[test]
@@ -279,6 +291,7 @@ fn a_fight_holds_writes_back_tells_once_and_publishes_nothing_unwritten() {
     assert_eq!(held.recheck_after, Some(Duration::from_secs(30)));
     assert!(reasons(held).contains(&("local-registry-hosting", Reason::ConflictingWriter)), "{:?}", reasons(held));
     assert!(!reasons(held).contains(&("zot", Reason::Published)), "nothing was written, so nothing is said published");
+    assert_eq!(held.confirmation, None);
     let theirs = Stored { resource_version: Some("d".into()), ..stored(true, Some(&edited)) };
     let still = decide_with(&registries, Some(&theirs), &held.memory, start + Duration::from_secs(10), &settings);
     assert_eq!(still.action, Action::Keep);

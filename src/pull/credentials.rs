@@ -14,6 +14,9 @@ use serde::Serialize;
 
 use crate::hosting::LocalRegistryHostingV1;
 
+/// The longest user name, password or token taken: three addresses' entries of it still fit in a Secret (1 MiB).
+pub const MAX_LEN: usize = 64 * 1024;
+
 /// The user name sent with a token alone. Registries that take an access token as a basic-auth password either
 /// ignore the user name or expect a fixed one; this is Google Artifact Registry's (see docs/pull-secrets.md for
 /// which registries expect which, and the `username` key that overrides it).
@@ -66,12 +69,30 @@ impl Credentials {
         Self::new(username, secret)
     }
 
-    /// A user name and its password, or a token alone (sent with [`TOKEN_USERNAME`]).
+    /// A user name and its password, or a token alone (sent with [`TOKEN_USERNAME`]). Basic authentication
+    /// (RFC 7617) allows no control character in either, and no colon in the user name.
     pub fn new(username: Option<String>, secret: String) -> Result<Self, String> {
         let username = username.unwrap_or_else(|| TOKEN_USERNAME.to_string());
+        if username.trim().is_empty() {
+            return Err("the \"username\" is empty".into());
+        }
         // Basic authentication splits user and password at the first colon.
         if username.contains(':') {
             return Err("the \"username\" contains a colon, which basic authentication cannot carry".into());
+        }
+        if username.len() > MAX_LEN || secret.len() > MAX_LEN {
+            return Err(format!("a value is longer than {MAX_LEN} bytes, more than any registry credential"));
+        }
+        if let Some(bad) = username.chars().find(|c| c.is_control()) {
+            return Err(format!("the \"username\" contains the control character {bad:?} (RFC 7617 forbids them)"));
+        }
+        if secret.trim().is_empty() {
+            return Err("the password or token is empty or only white space".into());
+        }
+        if let Some(bad) = secret.chars().find(|c| c.is_control()) {
+            return Err(format!(
+                "the password or token contains the control character {bad:?} (RFC 7617 forbids them)"
+            ));
         }
         Ok(Self { username, secret })
     }
@@ -92,11 +113,11 @@ pub fn without_line_break(text: &str) -> &str {
 /// to `hostFromClusterNetwork` with the same Secret mounted as their Docker config.
 pub fn addresses(document: &LocalRegistryHostingV1) -> Vec<String> {
     let mut addresses: Vec<String> = Vec::new();
-    for address in [&document.host, &document.host_from_container_runtime, &document.host_from_cluster_network] {
+    for (_, address) in document.fields().filter(|(field, _)| field.is_address()) {
         if let Some(address) = address
-            && !addresses.contains(address)
+            && !addresses.iter().any(|a| a == address)
         {
-            addresses.push(address.clone());
+            addresses.push(address.to_string());
         }
     }
     addresses
@@ -153,12 +174,19 @@ mod tests {
             (vec![("password", "p"), ("token", "t"), ("username", "u")], "both"),
             (vec![("token", "\n")], "empty"),
             (vec![("token", "t"), ("username", "a:b")], "colon"),
+            (vec![("token", "t"), ("username", "ci\nadmin")], "control character"),
+            (vec![("password", "pass\u{1b}[2J"), ("username", "ci")], "control character"),
+            (vec![("token", "   ")], "white space"),
         ] {
             let error = Credentials::from_source(&data(&pairs)).unwrap_err();
             assert!(error.contains(expected), "{pairs:?}: {error}");
         }
         let binary = BTreeMap::from([("token".to_string(), ByteString(vec![0xff, 0xfe]))]);
         assert!(Credentials::from_source(&binary).unwrap_err().contains("UTF-8"));
+        let huge = "t".repeat(MAX_LEN + 1);
+        assert!(Credentials::from_source(&data(&[("token", &huge)])).unwrap_err().contains("longer than"));
+        assert!(Credentials::new(Some(String::new()), "t".into()).unwrap_err().contains("empty"));
+        assert!(Credentials::new(None, "t".repeat(MAX_LEN)).is_ok(), "the longest taken");
     }
 
     #[test]

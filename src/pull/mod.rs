@@ -245,8 +245,11 @@ fn desired(published: Option<&Published>, observed: &Observed, notices: &mut Vec
     }
 }
 
+/// Whether this controller wrote the Secret: its field manager applied it. The managed-by label alone proves
+/// nothing (anyone may set it), and a copy of ours whose label someone removed is still ours to remove.
 pub fn is_ours(secret: &Secret) -> bool {
-    secret.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGER)
+    let entries = secret.metadata.managed_fields.as_deref().unwrap_or_default();
+    entries.iter().any(|e| e.manager.as_deref() == Some(MANAGER) && e.operation.as_deref() == Some("Apply"))
 }
 
 /// Whether an existing Secret already is what we would write.

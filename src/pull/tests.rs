@@ -3,6 +3,7 @@ use crate::hosting::LocalRegistryHostingV1;
 use crate::registry::ServiceId;
 use crate::registry::fixtures::service;
 use k8s_openapi::api::core::v1::LocalObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 const ACCOUNT_ANNOTATION: &str = keys::pull::ADDED_PULL_SECRETS;
 
@@ -47,8 +48,15 @@ fn settings(accounts: &[&str]) -> PullSecrets {
     PullSecrets { service_accounts: accounts.iter().map(|a| a.to_string()).collect(), ..PullSecrets::default() }
 }
 
+/// The Secret as the API server stores our apply: with a uid and our field manager's entry.
 fn stored(secret: Secret) -> Arc<Secret> {
-    Arc::new(Secret { metadata: ObjectMeta { uid: Some("uid-1".into()), ..secret.metadata }, ..secret })
+    let applied = ManagedFieldsEntry {
+        manager: Some(keys::MANAGER.into()),
+        operation: Some("Apply".into()),
+        ..ManagedFieldsEntry::default()
+    };
+    let metadata = ObjectMeta { uid: Some("uid-1".into()), managed_fields: Some(vec![applied]), ..secret.metadata };
+    Arc::new(Secret { metadata, ..secret })
 }
 
 fn account(namespace: &str, name: &str, entries: &[&str], mark: Option<&str>) -> Arc<ServiceAccount> {
@@ -81,7 +89,8 @@ fn each_opted_in_namespace_gets_one_secret_and_kube_public_none() {
     let secret = &plan.apply[0];
     assert_eq!(secret.type_.as_deref(), Some(SECRET_TYPE));
     assert_eq!(secret.metadata.name.as_deref(), Some("local-registry-pull"));
-    assert!(is_ours(secret));
+    assert_eq!(secret.labels().get(MANAGED_BY).map(String::as_str), Some(MANAGER));
+    assert!(is_ours(&stored(secret.clone())), "ours once stored under our field manager");
     let config: Value = serde_json::from_slice(&secret.data.as_ref().unwrap()[DATA_KEY].0).unwrap();
     let hosts: Vec<&String> = config["auths"].as_object().unwrap().keys().collect();
     assert_eq!(hosts, ["localhost:30500", "registry.reg.svc.cluster.local:5000"]);
@@ -101,6 +110,33 @@ fn nothing_is_written_when_every_secret_already_holds_the_credentials() {
     assert_eq!(rotated.apply.len(), 1);
     let config = String::from_utf8(rotated.apply[0].data.as_ref().unwrap()[DATA_KEY].0.clone()).unwrap();
     assert!(config.contains("\"password\":\"rotated\""), "{config}");
+}
+
+#[test]
+fn ownership_is_our_field_manager_not_the_label() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app"], "t0ken");
+    let first = plan(Some(&published), &observed, &settings(&[]));
+    // Someone labels a Secret of their own as ours, by hand (kubectl's field manager, an Update).
+    let mut forged = first.apply[0].clone();
+    forged.metadata.uid = Some("uid-forged".into());
+    forged.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+        manager: Some("kubectl-label".into()),
+        operation: Some("Update".into()),
+        ..ManagedFieldsEntry::default()
+    }]);
+    assert!(!is_ours(&forged), "the label alone proves nothing");
+    observed.secrets = vec![Arc::new(forged)];
+    observed.namespaces.clear();
+    let unlabelled = plan(Some(&published), &observed, &settings(&[]));
+    assert!(unlabelled.delete.is_empty(), "a Secret this controller never wrote is never deleted: {unlabelled:?}");
+
+    // Our own copy, its label removed by hand: still ours, so it goes when the namespace loses consent.
+    let mut ours = (*stored(first.apply[0].clone())).clone();
+    ours.metadata.labels = None;
+    observed.secrets = vec![Arc::new(ours)];
+    let gone = plan(Some(&published), &observed, &settings(&[]));
+    assert_eq!(gone.delete, [("app".to_string(), Some("uid-1".to_string()))], "its credentials do not stay behind");
 }
 
 #[test]

@@ -25,10 +25,14 @@ pub(crate) use pull_watch_sets;
 
 interest_and_snapshot!(pull_watch_sets, Interest, Observed);
 
-/// Secrets are kept whole but for their field managers: their data is what is compared and copied.
+/// Secrets are kept whole but for other managers' field entries: their data is what is compared and copied, and
+/// our field manager's entry is what makes one ours.
 impl Keep<Secret> for Secret {
     fn keep(mut secret: Secret) -> Self {
-        secret.metadata.managed_fields = None;
+        if let Some(entries) = &mut secret.metadata.managed_fields {
+            entries.retain(|e| e.manager.as_deref() == Some(crate::keys::MANAGER));
+            entries.iter_mut().for_each(|e| e.fields_v1 = None);
+        }
         secret
     }
 }

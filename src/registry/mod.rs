@@ -348,11 +348,13 @@ impl Candidates<'_> {
 
 /// Whether a registry in `namespace` may name the cluster's registry. Anyone who can create a Service in a
 /// namespace could otherwise redirect every push and pull in the cluster, so only these count:
-/// - the built-in addons, in the fixed namespaces their installers own;
+/// - minikube's addon in kube-system (which only cluster admins write), and MicroK8s's addon where a node says the
+///   cluster is MicroK8s (elsewhere anyone who may create a namespace named `container-registry` would choose);
 /// - namespaces the controller was installed to watch (`--watch-namespaces`) or allow (`--allowed-namespaces`);
 /// - namespaces a cluster admin labelled `local-registry-publisher.io/registries=allowed`.
 pub fn allowed(namespace: &str, origin: &Origin, cluster: &Cluster, settings: &Settings) -> bool {
-    matches!(origin, Origin::Minikube | Origin::MicroK8s)
+    *origin == Origin::Minikube
+        || (*origin == Origin::MicroK8s && !cluster.microk8s_nodes.is_empty())
         || (!settings.all_namespaces() && settings.watches_namespace(namespace))
         || settings.allowed_namespaces.iter().any(|n| n == namespace)
         || cluster.labelled_allowed(namespace)
@@ -519,6 +521,8 @@ mod tests {
         assert!(allowed("team", &labelled, &cluster, &scoped), "--watch-namespaces");
         assert!(!allowed("other", &labelled, &cluster, &scoped), "not another namespace when scoped");
         assert!(allowed("kube-system", &Origin::Minikube, &cluster, &everywhere), "minikube's addon");
+        assert!(!allowed("container-registry", &Origin::MicroK8s, &cluster, &everywhere), "not on another cluster");
+        cluster.microk8s_nodes.push(Arc::new("node-1".into()));
         assert!(allowed("container-registry", &Origin::MicroK8s, &cluster, &everywhere), "MicroK8s's addon");
         assert!(!allowed("kube-system", &labelled, &cluster, &everywhere), "not any Service in kube-system");
     }
@@ -614,7 +618,9 @@ mod tests {
             assert_eq!(keys(set), [("team".to_string(), selector.clone())]);
         }
         assert!(interest.labelled_identities.is_empty() && interest.allowed_namespaces.is_empty());
-        assert!(interest.builtin_services.is_empty() && interest.proxies.is_empty());
+        assert!(
+            interest.builtin_services.is_empty() && interest.proxies.is_empty() && interest.microk8s_nodes.is_empty()
+        );
         let minikube_only = Settings { watch_namespaces: vec!["kube-system".into()], ..Settings::default() };
         let interest = super::interest(&Cluster::default(), &minikube_only);
         assert_eq!(

@@ -12,7 +12,7 @@ use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
 use crate::keys::service as annotations;
 use crate::settings::{NodeAddress, Settings};
 
-pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(super) const SERVICE_NAME_LABEL: &str = crate::keys::kubernetes::SERVICE_NAME;
 
 pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, settings: &Settings) -> Registry {
     let id = service_id(service);
@@ -20,7 +20,10 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, 
         None => (0, None),
         Some(value) => match value.trim().parse::<i32>() {
             Ok(priority) => (priority, None),
-            Err(_) => (0, Some(invalid_annotation(annotations::PRIORITY, value, "must be a whole number"))),
+            Err(_) => {
+                let rule = format!("must be a whole number from {} to {}", i32::MIN, i32::MAX);
+                (0, Some(invalid_annotation(annotations::PRIORITY, value, &rule)))
+            }
         },
     };
     let document = match priority_problem {
@@ -519,6 +522,7 @@ mod tests {
             (annotations::HOST_FROM_CLUSTER_NETWORK, "Registry:5000", "lowercase"),
             (annotations::HELP, "see the wiki", "http"),
             (annotations::PRIORITY, "high", "whole number"),
+            (annotations::PRIORITY, "2147483648", "from -2147483648 to 2147483647"),
             (annotations::PORT, "grpc", "names no port"),
         ];
         for (key, value, needle) in cases {

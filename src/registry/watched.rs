@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::core::PartialObjectMeta;
 
 use super::{Identity, Workload};
@@ -43,6 +43,9 @@ macro_rules! publisher_watch_sets {
             endpoint_slices: ::k8s_openapi::api::discovery::v1::EndpointSlice => ::k8s_openapi::api::discovery::v1::EndpointSlice,
             /// Nodes whose InternalIP a published value needs, by name.
             nodes: ::k8s_openapi::api::core::v1::Node => ::k8s_openapi::api::core::v1::Node,
+            /// Nodes labelled `microk8s.io/cluster=true`, by name: the cluster is MicroK8s, so its registry addon's
+            /// namespace is the distribution's own.
+            microk8s_nodes: ::kube::core::PartialObjectMeta<::k8s_openapi::api::core::v1::Node> => String,
             /// Watching every namespace: namespaces a cluster admin labelled as allowed to name the registry.
             allowed_namespaces: ::k8s_openapi::api::core::v1::Namespace => String,
             /// The published ConfigMap, by name.
@@ -78,6 +81,12 @@ impl Keep<DaemonSet> for Workload {
 impl Keep<PartialObjectMeta<Service>> for Identity {
     fn keep(object: PartialObjectMeta<Service>) -> Self {
         Identity::of(&object.metadata)
+    }
+}
+
+impl Keep<PartialObjectMeta<Node>> for String {
+    fn keep(object: PartialObjectMeta<Node>) -> Self {
+        object.metadata.name.unwrap_or_default()
     }
 }
 
@@ -117,6 +126,11 @@ pub(super) fn fixed(interest: &mut Interest, settings: &crate::settings::Setting
         }
         if settings.watches_namespace(MINIKUBE.0) {
             interest.proxies.insert(WatchKey::in_namespace(MINIKUBE.0).named(MINIKUBE_PROXY));
+        }
+        if settings.watches_namespace(MICROK8S.0) {
+            use crate::keys::distribution::{MICROK8S_NODE, MICROK8S_NODE_VALUE};
+            let microk8s = crate::watching::equal(MICROK8S_NODE, MICROK8S_NODE_VALUE);
+            interest.microk8s_nodes.insert(WatchKey::everywhere().labels(microk8s));
         }
     }
     interest.configmap.insert(WatchKey::in_namespace(&settings.configmap_namespace).named(&settings.configmap_name));

@@ -83,6 +83,30 @@ impl Scenario {
         (self.start_with(context), health)
     }
 
+    /// Starts the publisher as if it ran in a controller pod: a pod with the chart's labels (kwok makes it Running)
+    /// whose name the publisher's Events carry, as a pod's do.
+    pub async fn start_in_pod(&self) -> Running {
+        let name = format!("lrp-controller-{}", self.ns);
+        self.apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {
+                "app.kubernetes.io/part-of": "local-registry-publisher",
+                "app.kubernetes.io/component": "controller"}},
+            "spec": {"containers": [{"name": "controller", "image": "local-registry-publisher:test"}]}
+        }))
+        .await;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let running = wait_until(SOON, || async {
+            let phase = pods.get(&name).await.ok()?.status?.phase?;
+            (phase == "Running").then_some(())
+        })
+        .await;
+        assert!(running.is_some(), "the controller pod {name} runs");
+        let mut context = Context::standalone();
+        context.instance = name;
+        self.start_with(context)
+    }
+
     pub fn start_with(&self, context: Context) -> Running {
         let (stop, stopped) = oneshot::channel();
         let controller = Controller::new(self.client.clone(), self.settings.clone(), context);

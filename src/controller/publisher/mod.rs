@@ -97,7 +97,7 @@ impl Publisher {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
         Self {
             writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
-            events: EventLog::start(client.clone(), "Publish"),
+            events: EventLog::start(client.clone(), "Publish", &context.instance),
             watches: Watches::new(client, &signals),
             signals,
             settings,
@@ -143,7 +143,7 @@ impl Publisher {
                     health.beat(Task::Publisher, self.watches.alive());
                     // What stopped watches and passes freed goes back to the system within a heartbeat.
                     if std::mem::take(&mut freed_since_trim) {
-                        crate::memory::release_free_heap();
+                        let _ = crate::memory::release_free_heap();
                     }
                     continue;
                 }
@@ -247,8 +247,18 @@ impl Publisher {
 
     /// Tells what the pass did: readiness, metrics, the log, Events, and the registry readers see now.
     fn report(&mut self, decision: Decision, written: &Result<Option<Left>, Error>, leading: bool) {
-        let Decision { action, published, published_now, document, subject, mut notices, held_back, held, .. } =
-            decision;
+        let Decision {
+            action,
+            published,
+            published_now,
+            document,
+            subject,
+            mut notices,
+            confirmation,
+            held_back,
+            held,
+            ..
+        } = decision;
         if !leading {
             self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
             self.hand_on(published);
@@ -275,6 +285,7 @@ impl Publisher {
                 }
                 self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
                 self.hand_on(published);
+                notices.extend(confirmation);
             }
             Err(error) => {
                 // Readers keep seeing what they saw before.

@@ -59,7 +59,7 @@ impl PullDistributor {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
         Self {
             writer: PullWriter::new(client.clone(), context.metrics.clone()),
-            events: EventLog::start(client.clone(), "DistributePullSecret"),
+            events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
             watches: Watches::new(client, &signals),
             signals,
             settings,

@@ -62,7 +62,7 @@ namespaced!(
     Secret,
     ServiceAccount
 );
-cluster_scoped!(Node, Namespace);
+cluster_scoped!(Node, PartialObjectMeta<Node>, Namespace);
 
 /// What the loop asks of every watch set, whatever its kind.
 pub trait WatchState {
