@@ -2,17 +2,25 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up up-node manifests image fuzz
+.PHONY: demo test bench lint tools up up-node manifests image fuzz mutants
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
 	$(CARGO) build --quiet --bin local-registry-publisher -p local-registry-publisher
 	$(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
-## test: build the tools and the controller image if needed, then run every unit and integration test
+## test: build the tools and the controller image if needed, then run every unit and integration test on the main
+## pin, and the cluster test files again on the tested window's other ends (the chart's floor and the newest minor)
 # Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
+CLUSTER_TESTS := --test smoke --test publisher --test tenancy --test addresses --test failures --test operations \
+	--test outage --test chart --test pull_secrets --test cli
+KUBE_WINDOW := 1.25 1.37
 test: tools image
 	$(CARGO) test --workspace -- --test-threads=8
+	@for minor in $(KUBE_WINDOW); do \
+	  echo "[test] the cluster test files against Kubernetes $$minor"; \
+	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
+	done
 
 ## image: the controller's OCI image from the release binary, without a Docker engine (target/image/)
 image:
@@ -27,6 +35,15 @@ bench: tools
 ## fuzz: the value grammar's properties (tests/grammar.rs) over many more generated inputs than make test runs
 fuzz:
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --test grammar
+
+## mutants: cargo-mutants over the pure core with the unit and grammar tests; every missed mutant is a decision no
+## test pins down (about half an hour on 2 cores: not part of `make test` or CI)
+MUTANTS_VERSION := 27.1.0
+mutants:
+	"$$(hack/cargo-tool.sh cargo-mutants $(MUTANTS_VERSION))" mutants -p local-registry-publisher \
+	  --file 'src/hosting/*.rs' --file 'src/registry/*.rs' --file 'src/publish/*.rs' --file 'src/pull/*.rs' \
+	  --file src/watching.rs --file src/keys.rs --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
+	  --output target/mutants -- --lib --test grammar
 
 ## lint: formatting and clippy, as CI runs them
 lint:

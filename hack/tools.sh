@@ -16,8 +16,11 @@ cache=${LRP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-registry-publisher}
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=readonly
 
 k8s_version=v1.36.3
+# The tested window's other ends (README "Compatibility"): the chart's floor and the newest minor the proxy serves.
+# Their control planes only (API server, controller-manager, scheduler), named with their minor: kube-apiserver-1.25.
+k8s_window="1.25 1.37"
 k8s_ldflags() {
-  local v=$k8s_version minor
+  local v=${1:-$k8s_version} minor
   minor=${v#v1.}; minor=${minor%%.*}
   local flags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -30,6 +33,10 @@ k8s_ldflags() {
 tools() {
   local k=k8s.io/kubernetes/cmd c=github.com/containerd/containerd/v2/cmd p=github.com/containernetworking/plugins/plugins
   echo "k8s|$k8s_version|kube-apiserver=$k/kube-apiserver kube-controller-manager=$k/kube-controller-manager kube-scheduler=$k/kube-scheduler kubectl=$k/kubectl kubelet=$k/kubelet kube-proxy=$k/kube-proxy"
+  local minor
+  for minor in $k8s_window; do
+    echo "k8s-$minor|$(module_version "k8s-$minor" k8s.io/kubernetes)|kube-apiserver-$minor=$k/kube-apiserver kube-controller-manager-$minor=$k/kube-controller-manager kube-scheduler-$minor=$k/kube-scheduler"
+  done
   echo "etcd|$(module_version etcd go.etcd.io/etcd/server/v3)|etcd=go.etcd.io/etcd/server/v3"
   echo "kwok|$(module_version kwok sigs.k8s.io/kwok)|kwok=sigs.k8s.io/kwok/cmd/kwok"
   echo "helm|$(module_version helm helm.sh/helm/v4)|helm=helm.sh/helm/v4/cmd/helm"
@@ -79,6 +86,7 @@ key_of() {
 ldflags_of() {
   case $1 in
     k8s) k8s_ldflags ;;
+    k8s-*) k8s_ldflags "$(module_version "$1" k8s.io/kubernetes)" ;;
     helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$(module_version helm helm.sh/helm/v4)" ;;
     containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(module_version containerd github.com/containerd/containerd/v2)" ;;
     runc) local v; v=$(module_version runc github.com/opencontainers/runc); echo "-s -w -X main.version=${v#v}" ;;
@@ -89,7 +97,7 @@ ldflags_of() {
 # Build tags, as each project's own release builds use them.
 tags_of() {
   case $1 in
-    k8s) echo "selinux,notest" ;;
+    k8s|k8s-*) echo "selinux,notest" ;;
     containerd) echo "no_btrfs,no_devmapper" ;;
     runc) echo "seccomp,netgo,osusergo" ;;
     *) echo "" ;;
@@ -140,7 +148,8 @@ build_tool() {
   [ "$name" = kwok ] && kwok_stages >"$dir.partial/bin/kwok-stages.yaml"
   mv "$dir.partial" "$dir"
   # Older builds of this tool are superseded; keep the cache from growing with every pin change.
-  find "$cache/tools" -maxdepth 1 -name "$name-*" ! -path "$dir" -exec rm -rf {} + 2>/dev/null || true
+  # (Versions start with "v": k8s-v1.36.3-... is superseded by another k8s-v*, never k8s-1.25-v1.25.4-....)
+  find "$cache/tools" -maxdepth 1 -name "$name-v*" ! -path "$dir" -exec rm -rf {} + 2>/dev/null || true
   echo "[tools] built $name $version in $(elapsed "$started")" >&2
 }
 

@@ -15,6 +15,8 @@ pub(crate) struct Recipe {
     pub(crate) args: Vec<String>,
 }
 
+/// `control_plane`: the suffix of the API server's, controller-manager's and scheduler's binaries, `-1.25` for
+/// another minor of the tested window (see [`crate::KubeVersion`]), empty for the main pin.
 pub(crate) fn recipes(
     tools: &Path,
     dir: &Path,
@@ -22,6 +24,7 @@ pub(crate) fn recipes(
     kubeconfig: &Path,
     api_ip: Ipv4Addr,
     ports: [u16; 6],
+    control_plane: &str,
 ) -> BTreeMap<String, Recipe> {
     let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = ports;
     let path = |p: &Path| p.display().to_string();
@@ -108,7 +111,11 @@ pub(crate) fn recipes(
             ],
         ),
     ];
-    table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: tools.join(name), args })).collect()
+    let program = |name: &str| match name {
+        "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" => tools.join(format!("{name}{control_plane}")),
+        _ => tools.join(name),
+    };
+    table.into_iter().map(|(name, args)| (name.to_string(), Recipe { program: program(name), args })).collect()
 }
 
 pub(crate) fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {

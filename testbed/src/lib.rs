@@ -59,6 +59,39 @@ pub enum Error {
     UnknownComponent(String),
     #[error("this machine cannot run the testbed's real node: {0}")]
     NodeUnsupported(String),
+    #[error("Kubernetes version: {0}")]
+    Version(String),
+}
+
+/// The minor of Kubernetes this process's control planes run: `LRP_KUBE_VERSION` (`1.25`, `1.37`: the other ends of
+/// the tested window, built by hack/tools.sh), else the main pin. Every control plane checks its API server's
+/// `/version` against it before anything uses it, so a wrong tools folder can never pass for another version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeVersion {
+    /// `1.36`.
+    pub minor: String,
+    /// What the binaries' names end with: empty for the main pin, `-1.25` for another minor.
+    suffix: String,
+}
+
+/// The main pin's minor (tools/k8s: v1.36.3).
+pub const MAIN_MINOR: &str = "1.36";
+
+impl KubeVersion {
+    pub fn from_env() -> Result<Self, Error> {
+        match std::env::var("LRP_KUBE_VERSION").ok().filter(|v| !v.is_empty()) {
+            None => Ok(Self { minor: MAIN_MINOR.into(), suffix: String::new() }),
+            Some(minor) if minor == MAIN_MINOR => Ok(Self { minor, suffix: String::new() }),
+            Some(minor) => {
+                let valid =
+                    minor.strip_prefix("1.").is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()));
+                if !valid {
+                    return Err(Error::Version(format!("LRP_KUBE_VERSION={minor:?} is not a minor like 1.25")));
+                }
+                Ok(Self { suffix: format!("-{minor}"), minor })
+            }
+        }
+    }
 }
 
 /// What to start besides the control plane.
@@ -118,7 +151,14 @@ impl ControlPlane {
 
     async fn start_async(options: Options) -> Result<Self, Error> {
         let started = Instant::now();
+        let version = KubeVersion::from_env()?;
         if options.real_node {
+            if version.minor != MAIN_MINOR {
+                return Err(Error::Version(format!(
+                    "the real node runs the main pin ({MAIN_MINOR}) only, not LRP_KUBE_VERSION={}",
+                    version.minor
+                )));
+            }
             node::host::preflight()?;
         }
         let tools = tools::bin_dir()?;
@@ -144,6 +184,7 @@ impl ControlPlane {
             &kubeconfig,
             api_ip,
             [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port],
+            &version.suffix,
         );
         if let Some(network) = &network {
             let cgroups = network.create_cgroups()?;
@@ -165,6 +206,14 @@ impl ControlPlane {
         plane.wait_for("etcd to be healthy", || async move { etcd_healthy(etcd_port) }).await?;
         plane.start_component("kube-apiserver")?;
         let client = plane.wait_for_client().await?;
+        let serving = client.apiserver_version().await?;
+        let serving_minor = format!("{}.{}", serving.major, serving.minor.trim_end_matches('+'));
+        if serving_minor != version.minor {
+            return Err(Error::Version(format!(
+                "the API server reports {} ({serving_minor}), not the {} this run asked for",
+                serving.git_version, version.minor
+            )));
+        }
         for name in ["kube-controller-manager", "kube-scheduler", "kwok"] {
             plane.start_component(name)?;
         }
@@ -185,7 +234,8 @@ impl ControlPlane {
             plane.start_real_node(&client, network).await?;
         }
         eprintln!(
-            "[testbed] control plane ready in {:.1}s; KUBECONFIG={}",
+            "[testbed] Kubernetes {} control plane ready in {:.1}s; KUBECONFIG={}",
+            serving.git_version,
             started.elapsed().as_secs_f64(),
             plane.kubeconfig.display()
         );
