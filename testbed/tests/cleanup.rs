@@ -50,16 +50,33 @@ fn a_killed_testbed_leaves_no_process_and_no_directory() {
     drop(lines);
 }
 
-/// The machine-wide sysctls kubelet tunes, as `path value` pairs.
-fn kubelet_sysctls() -> Vec<(String, String)> {
-    ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops"]
-        .iter()
-        .map(|name| {
-            let path = format!("/proc/sys/{name}");
-            let value = std::fs::read_to_string(&path).unwrap_or_default().trim().to_string();
-            (path, value)
-        })
-        .collect()
+/// The machine-wide sysctls kubelet tunes, the value kubelet sets, and a value it does not (set before the node
+/// starts, so a change and its undoing can both be seen). `vm/panic_on_oom` is kubelet's 0 already on a sane machine;
+/// any other value would panic the machine on the first OOM, so it is only checked to be left as it was.
+const KUBELET_SYSCTLS: [(&str, &str, Option<&str>); 4] = [
+    ("vm/overcommit_memory", "1", Some("0")),
+    ("kernel/panic", "10", Some("3")),
+    ("kernel/panic_on_oops", "1", Some("0")),
+    ("vm/panic_on_oom", "0", None),
+];
+
+fn sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{name}")).unwrap_or_default().trim().to_string()
+}
+
+fn set_sysctl(name: &str, value: &str) {
+    std::fs::write(format!("/proc/sys/{name}"), value).unwrap_or_else(|e| panic!("set {name}={value}: {e}"));
+}
+
+/// Puts the machine's own values back when the test ends, whatever happened.
+struct RestoreSysctls(Vec<(&'static str, String)>);
+
+impl Drop for RestoreSysctls {
+    fn drop(&mut self) {
+        for (name, value) in &self.0 {
+            let _ = std::fs::write(format!("/proc/sys/{name}"), value);
+        }
+    }
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {
@@ -69,7 +86,14 @@ fn command_output(program: &str, args: &[&str]) -> String {
 
 #[test]
 fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgroup_mount_or_sysctl() {
-    let sysctls_before = kubelet_sysctls();
+    let machine = RestoreSysctls(KUBELET_SYSCTLS.iter().map(|(name, _, _)| (*name, sysctl(name))).collect());
+    for (name, kubelets, ours) in KUBELET_SYSCTLS {
+        match ours {
+            Some(value) => set_sysctl(name, value),
+            None => assert_eq!(sysctl(name), kubelets, "{name}: a machine that panics on OOM is not one to test on"),
+        }
+    }
+    let sysctls_before: Vec<String> = KUBELET_SYSCTLS.iter().map(|(name, _, _)| sysctl(name)).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_testbed"))
         .args(["up", "--real-node"])
         .stdout(Stdio::piped())
@@ -120,6 +144,10 @@ fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgrou
     let host_link = format!(" tb{}-host@", netns.trim_start_matches("testbed-"));
     assert!(command_output("ip", &["-o", "link"]).contains(&host_link), "the machine's end of the node's veth");
     assert!(command_output("cat", &["/proc/self/mountinfo"]).contains(&format!(" /run/netns/{netns} ")));
+    // kubelet tuned the machine-wide sysctls while the node ran: the restore below is not of values left alone.
+    for (name, kubelets, _) in KUBELET_SYSCTLS {
+        assert_eq!(sysctl(name), kubelets, "{name} as kubelet sets it while the node runs");
+    }
 
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
@@ -143,8 +171,9 @@ fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgrou
     let mounts = command_output("cat", &["/proc/self/mountinfo"]);
     let dir_text = dir.display().to_string();
     assert!(!mounts.contains(&dir_text) && !mounts.contains(&format!("/run/netns/{netns}")), "mounts left: {mounts}");
-    assert_eq!(kubelet_sysctls(), sysctls_before, "kubelet's sysctls are restored");
-    drop(lines);
+    let sysctls_after: Vec<String> = KUBELET_SYSCTLS.iter().map(|(name, _, _)| sysctl(name)).collect();
+    assert_eq!(sysctls_after, sysctls_before, "kubelet's sysctls are restored to what the machine had");
+    drop((lines, machine));
 }
 
 #[test]
