@@ -72,6 +72,9 @@ async fn two_replicas_one_writes_and_the_other_takes_over_when_the_leader_dies_o
     let leader = wait_single_leader(&[&a, &b]).await;
     let (mut leader, follower) = if leader == 0 { (a, b) } else { (b, a) };
     assert!(counted_a_write(&leader).await, "the leader wrote");
+    // A dead follower would pass "never wrote" too: it must answer, and count no apply.
+    let scrape = follower.get("/metrics").expect("the follower answers");
+    assert_eq!(scrape.0, 200);
     assert_eq!(follower.metric(APPLIES).unwrap_or(0.0), 0.0, "the follower never writes");
 
     // kill -9: nothing is released, so the follower waits out the lease.

@@ -70,7 +70,8 @@ async fn the_controller_rides_out_api_server_and_etcd_outages() {
     // Drift that happened while nobody could see it is corrected too.
     s.configmaps().delete(TARGET, &Default::default()).await.expect("delete by hand");
     s.wait_published("the ConfigMap restored after deletion", |d| d.is_some()).await;
-    assert_eq!(controller.pid(), pid);
+    // The same process rode out both outages: it never exited (a restart would be a new process, and none is made).
+    assert!(controller.running(), "the controller {pid} exited during the outages:\n{}", controller.logs());
     let restarts = controller.metric("local_registry_publisher_watch_restarts_total{resource=\"Service\"}");
     assert!(restarts.unwrap_or(0.0) >= 1.0, "watch failures were counted and retried");
 }

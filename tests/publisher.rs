@@ -147,10 +147,8 @@ async fn values_follow_the_service_type_and_annotations_override_them() {
     let s = Scenario::new("values").await;
     let _run = s.start();
     s.apply(selectorless("zot", "NodePort", json!({}))).await;
-    let node_port = {
-        let s = &s;
-        wait_until(SOON, || async { Some(node_port(s, "zot").await) }).await.unwrap()
-    };
+    // The API server allocates the nodePort when it creates the Service.
+    let node_port = node_port(&s, "zot").await;
     let published = s.wait_host(&format!("localhost:{node_port}")).await;
     assert_eq!(published.host_from_container_runtime, None);
     assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5000)));
@@ -213,6 +211,8 @@ async fn an_external_name_service_publishes_its_external_name() {
     s.apply(service("corp", registry_label(), json!({}), spec)).await;
     let published = s.wait_published("the external name", |d| d.is_some()).await.unwrap();
     assert_eq!(published.host_from_cluster_network.as_deref(), Some("registry.corp.example:5000"));
+    // Every Event of the passes before the marker's has landed once the marker's has.
+    s.wait_marker().await;
     let events = s.events_for("corp").await;
     assert!(events.iter().all(|(kind, _, _)| kind != "Warning"), "{events:?}");
 }
@@ -286,19 +286,27 @@ async fn readiness_follows_endpoints_with_a_grace_period_and_help_only_fallback(
 
 #[tokio::test]
 async fn a_rolling_blip_shorter_than_the_grace_period_does_not_flap() {
+    let grace = Duration::from_secs(20);
     let mut s = Scenario::new("blip").await;
-    s.settings.grace_period = Duration::from_secs(20);
+    s.settings.grace_period = grace;
     let _run = s.start();
     let ports = json!([{"containerPort": 5000}]);
     s.apply(deployment("zot", 1, registry_label(), ports.clone())).await;
     s.apply(service("zot", json!({}), json!({}), json!({"selector": {"app": "zot"}, "ports": [{"port": 5000}]}))).await;
     s.wait_published("publication", |d| d.is_some()).await;
     let before = resource_version(&s.configmap().await.unwrap());
+    let mut writes = s.watch_configmap_versions();
+
+    // The registry really goes unready (no ready endpoint), and really comes back, within the grace period.
     s.apply(deployment("zot", 0, registry_label(), ports.clone())).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.wait_ready_endpoints("zot", 0).await;
+    let blip = tokio::time::Instant::now();
     s.apply(deployment("zot", 1, registry_label(), ports)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.wait_ready_endpoints("zot", 1).await;
+    // Past the moment the grace period would have run out had the blip counted, with a margin for a busy machine.
+    tokio::time::sleep_until(blip + grace + Duration::from_secs(3)).await;
     assert_eq!(resource_version(&s.configmap().await.unwrap()), before, "no write during the blip");
+    assert_eq!(writes.seen(), Vec::<String>::new(), "no ConfigMap state came and went either");
 }
 
 // 6. Ownership: what we own we defend.
@@ -396,6 +404,9 @@ async fn a_bad_annotation_gets_one_warning_and_the_last_good_document_stays() {
         note.contains("local-registry-publisher.io/host") && note.contains("http://Registry.local:5000/"),
         "{note}"
     );
+    // A later registry's Event is posted after every Event of the passes before it: once it is there, a second
+    // InvalidAnnotation Event would be too.
+    s.wait_marker().await;
     assert_eq!(s.occurrences("zot", "InvalidAnnotation").await, 1, "one Event, not one per reconcile");
     let after = s.configmap().await.unwrap();
     assert_eq!((resource_version(&after), after.data), (resource_version(&good), good.data.clone()), "untouched");

@@ -34,15 +34,41 @@ pub struct Running {
 }
 
 impl Running {
+    /// Stops the controller and waits for it to finish, bounded: a shutdown that hangs fails the test instead of
+    /// holding CI for its whole limit.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = (&mut self.task).await;
+        let stopped = tokio::time::timeout(SOON, &mut self.task).await;
+        assert!(stopped.is_ok(), "the controller did not stop within {SOON:?} of being asked to");
     }
 }
 
 impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The ConfigMap versions a watch saw; see [`Scenario::watch_configmap_versions`].
+pub struct Versions {
+    receiver: tokio::sync::mpsc::UnboundedReceiver<String>,
+    task: JoinHandle<()>,
+}
+
+impl Versions {
+    /// Every version seen so far, beyond the one stored when the watch started.
+    pub fn seen(&mut self) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(version) = self.receiver.try_recv() {
+            seen.push(version);
+        }
+        seen
+    }
+}
+
+impl Drop for Versions {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -178,6 +204,53 @@ impl Scenario {
         let api = dynamic_api(&self.client, &self.ns, api_version, kind);
         let patch = serde_json::json!({"status": status});
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch status");
+    }
+
+    /// Adds a registry that ranks last and waits for its `NotPublished` Event. The Event task posts a pass's Events
+    /// before it takes a later pass's, so once this one is there, every Event of the passes before it has landed:
+    /// "nothing else was told" can then be checked.
+    pub async fn wait_marker(&self) {
+        let annotations = serde_json::json!({"local-registry-publisher.io/priority": "-2147483648"});
+        let spec =
+            serde_json::json!({"type": "ExternalName", "externalName": "marker.example", "ports": [{"port": 5000}]});
+        self.apply(service("zz-marker", registry_label(), annotations, spec)).await;
+        self.wait_event("zz-marker", "NotPublished").await;
+    }
+
+    /// Records every version of the published ConfigMap from now on, as a watch sees them (a poll would miss states
+    /// that come and go between two reads).
+    pub fn watch_configmap_versions(&self) -> Versions {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.settings.configmap_name));
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let watch = watcher(self.configmaps(), config).touched_objects();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(watch);
+            let mut first = true;
+            while let Some(event) = watch.next().await {
+                let Ok(configmap) = event else { continue };
+                // The first is what was stored when the watch started.
+                if !std::mem::take(&mut first) {
+                    let _ = sender.send(resource_version(&configmap));
+                }
+            }
+        });
+        Versions { receiver, task }
+    }
+
+    /// Waits until the Service's EndpointSlices hold exactly `ready` ready endpoints.
+    pub async fn wait_ready_endpoints(&self, service: &str, ready: usize) {
+        let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        let by_service = kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+        let count = || async {
+            let list = slices.list(&by_service).await.ok()?;
+            let endpoints = list.items.iter().flat_map(|s| s.endpoints.iter().flatten());
+            Some(endpoints.filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)).count())
+        };
+        let found = wait_until(SOON, || async { (count().await? == ready).then_some(()) }).await;
+        assert!(found.is_some(), "{service} never had {ready} ready endpoints; now {:?}", count().await);
     }
 
     /// How many times an Event with `reason` on `name` was recorded, counting the repeats a Recorder folds into

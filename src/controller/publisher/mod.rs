@@ -123,8 +123,9 @@ impl Publisher {
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         // Only passes (and the watch changes they follow) free memory; an idle controller does not trim.
         let mut freed_since_trim = false;
-        // The first settle starts the watches the core asks for.
-        self.signals.changed.notify_one();
+        // Start the watches the core always needs now; each wakes the loop when it has listed.
+        let settings = &self.settings;
+        let _ = settle(&mut self.watches, &self.signals, |c| registry::interest(c, settings));
         loop {
             let far = Instant::now() + Duration::from_secs(3600);
             let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
