@@ -243,6 +243,21 @@ fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     assert!(chart_yaml.contains(&format!("appVersion: \"{version}\"")), "appVersion follows the crate version");
 }
 
+/// The chart promises what is tested: its kubeVersion floor is the oldest minor `make test` runs the cluster tests on.
+#[test]
+fn the_charts_kubernetes_floor_is_the_oldest_tested_minor() {
+    let makefile = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
+    let window = makefile.lines().find_map(|l| l.strip_prefix("KUBE_WINDOW := ")).expect("KUBE_WINDOW in the Makefile");
+    let tools = std::fs::read_to_string(root().join("hack/tools.sh")).expect("hack/tools.sh");
+    let built = tools.lines().find_map(|l| l.strip_prefix("k8s_window=")).expect("k8s_window in hack/tools.sh");
+    assert_eq!(built.trim_matches('"'), window.trim(), "make test runs exactly the minors hack/tools.sh builds");
+    let minor = |v: &str| v.trim_start_matches("1.").parse::<u32>().expect("a minor");
+    let oldest = window.split_whitespace().map(minor).chain([minor(testbed::MAIN_MINOR)]).min().expect("a minor");
+    let chart_yaml = std::fs::read_to_string(root().join("charts/local-registry-publisher/Chart.yaml")).expect("Chart");
+    let floor = chart_yaml.lines().find_map(|l| l.strip_prefix("kubeVersion: ")).expect("kubeVersion");
+    assert_eq!(floor.trim_matches('"'), format!(">=1.{oldest}.0-0"), "the chart's floor is the oldest tested minor");
+}
+
 #[tokio::test]
 async fn the_rendered_manifests_pass_a_server_side_dry_run() {
     let plane = ControlPlane::shared();
@@ -311,33 +326,45 @@ async fn helm_install_upgrade_and_uninstall_leave_nothing_behind() {
     );
 }
 
+/// The chart installed once with its default values (kube-public, leader election): the identity the RBAC tests
+/// act as. Its ServiceAccount's token, as a kubeconfig.
+fn rbac_release() -> &'static PathBuf {
+    static KUBECONFIG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    KUBECONFIG.get_or_init(|| {
+        let (release, ns) = ("rbac", RBAC_NAMESPACE);
+        let values = "leaderElection.enabled=true,replicaCount=2";
+        ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", values]));
+        let token = ok(tool("kubectl", &["create", "token", RBAC_ACCOUNT, "-n", ns, "--duration", "1h"]));
+        token_kubeconfig(token.trim(), "controller")
+    })
+}
+
+const RBAC_NAMESPACE: &str = "lrp-rbac";
+const RBAC_ACCOUNT: &str = "rbac-local-registry-publisher";
+
+/// The tests that write kube-public/local-registry-hosting take turns: the chart's grants name that one object.
+static KUBE_PUBLIC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn wait_public_host(public: &Api<ConfigMap>, wanted: &str) -> Option<()> {
+    wait_until(SOON, || async {
+        let text = public.get_opt("local-registry-hosting").await.ok()??.data?.get("localRegistryHosting.v1")?.clone();
+        text.contains(wanted).then_some(())
+    })
+    .await
+}
+
 #[tokio::test]
-async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_more() {
+async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events() {
     let plane = ControlPlane::shared();
     let admin = plane.client().await.unwrap();
-    let (release, ns) = ("rbac", "lrp-rbac");
-    ok(tool(
-        "helm",
-        &[
-            "install",
-            release,
-            &chart(),
-            "-n",
-            ns,
-            "--create-namespace",
-            "--set",
-            "leaderElection.enabled=true,replicaCount=2",
-        ],
-    ));
-    let sa = "rbac-local-registry-publisher";
-    let token = ok(tool("kubectl", &["create", "token", sa, "-n", ns, "--duration", "1h"]));
-    let kubeconfig = token_kubeconfig(token.trim(), "controller");
+    let kubeconfig = rbac_release();
+    let _turn = KUBE_PUBLIC.lock().await;
     let replica = || {
         Controller::start(&[
             format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--leader-elect-resource-namespace={ns}"),
+            format!("--leader-elect-resource-namespace={RBAC_NAMESPACE}"),
             "--leader-elect".into(),
-            "--leader-elect-resource-name=rbac-local-registry-publisher".into(),
+            format!("--leader-elect-resource-name={RBAC_ACCOUNT}"),
             "--leader-elect-lease-duration=5s".into(),
             "--no-builtin-registries".into(),
         ])
@@ -352,20 +379,8 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
     let wanted = |port: u16| format!("zot.{regns}.svc.cluster.local:{port}");
-    let published = |port: u16| {
-        let public = public.clone();
-        let wanted = wanted(port);
-        async move {
-            wait_until(SOON, || async {
-                let text =
-                    public.get_opt("local-registry-hosting").await.ok()??.data?.get("localRegistryHosting.v1")?.clone();
-                text.contains(&wanted).then_some(())
-            })
-            .await
-        }
-    };
     assert!(
-        published(5000).await.is_some(),
+        wait_public_host(&public, &wanted(5000)).await.is_some(),
         "published as the ServiceAccount; logs:\n{}\n{}",
         first.logs(),
         second.logs()
@@ -374,13 +389,8 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     // Events on the Service it reports on.
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &regns);
     let recorded = wait_until(SOON, || async {
-        events
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("Published"))
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("Published"))
     })
     .await;
     assert!(recorded.is_some(), "a Published Event was recorded");
@@ -398,13 +408,22 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     .expect("a leader");
     let (mut dying, survivor) = if leader == 0 { (first, second) } else { (second, first) };
     dying.signal("KILL");
-    dying.wait_exit(Duration::from_secs(5));
+    dying.wait_exit(Duration::from_secs(5)).expect("the killed replica exits");
     apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5001}]}))).await;
-    assert!(published(5001).await.is_some(), "the survivor published; logs:\n{}", survivor.logs());
+    let moved = wait_public_host(&public, &wanted(5001)).await;
+    assert!(moved.is_some(), "the survivor published; logs:\n{}", survivor.logs());
     assert!(!survivor.logs().contains("Forbidden"), "no request was denied:\n{}", survivor.logs());
+    drop(survivor);
+    public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
+}
 
-    // And nothing beyond its grants.
-    let controller = client_for(&kubeconfig).await;
+#[tokio::test]
+async fn the_chart_rbac_grants_nothing_more_and_lets_every_reader_get_the_document() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let controller = client_for(rbac_release()).await;
+    let regns = plane.namespace(&admin, "rbac-denied").await.unwrap();
+    apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     let other =
         serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "not-ours"}, "data": {"a": "b"}})).unwrap();
     let kube_public: Api<ConfigMap> = Api::namespaced(controller.clone(), "kube-public");
@@ -414,6 +433,7 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         "patching kube-public/cluster-info",
     );
     forbidden(kube_public.list(&Default::default()).await, "listing every ConfigMap in kube-public");
+    let ns = RBAC_NAMESPACE;
     forbidden(Api::<Secret>::namespaced(controller.clone(), ns).list(&Default::default()).await, "listing Secrets");
     forbidden(Api::<Secret>::all(controller.clone()).list(&Default::default()).await, "listing Secrets cluster-wide");
     let svc = serde_json::from_value::<Service>(json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 1}]}}))
@@ -429,7 +449,7 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
     let cm_elsewhere: Api<ConfigMap> = Api::namespaced(controller.clone(), &regns);
     forbidden(cm_elsewhere.create(&PostParams::default(), &other).await, "creating a ConfigMap outside kube-public");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(controller.clone(), ns);
-    forbidden(leases.delete("rbac-local-registry-publisher", &DeleteParams::default()).await, "deleting its Lease");
+    forbidden(leases.delete(RBAC_ACCOUNT, &DeleteParams::default()).await, "deleting its Lease");
     forbidden(
         Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(controller.clone(), "kube-system")
             .list(&Default::default())
@@ -437,28 +457,45 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         "reading other Leases",
     );
 
-    // Every authenticated identity may read the published ConfigMap, and only it.
+    // Every authenticated identity may read the published ConfigMap (here or not), and only it.
     let reader_token = ok(tool("kubectl", &["create", "token", "default", "-n", &regns]));
     let reader = client_for(&token_kubeconfig(reader_token.trim(), "reader")).await;
     let reader_public: Api<ConfigMap> = Api::namespaced(reader, "kube-public");
-    assert!(reader_public.get("local-registry-hosting").await.is_ok(), "in-cluster readers can get it");
+    let readable = reader_public.get_opt("local-registry-hosting").await;
+    assert!(readable.is_ok(), "in-cluster readers may get it: {readable:?}");
     forbidden(reader_public.get("not-there").await.map(|_: ConfigMap| ()), "reading other ConfigMaps in kube-public");
+}
 
-    // The uninstall hook's `withdraw`, as the same identity: our ConfigMap goes, a foreign one stays.
-    drop(survivor);
-    let withdraw = |extra: &[&str]| {
+#[tokio::test]
+async fn withdraw_as_the_charts_identity_removes_only_what_the_controller_wrote() {
+    let admin = ControlPlane::shared().client().await.unwrap();
+    let kubeconfig = rbac_release();
+    let _turn = KUBE_PUBLIC.lock().await;
+    let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
+    let withdraw = || {
         let mut command = std::process::Command::new(support::binary::BINARY);
-        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("withdraw").args(extra);
+        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("withdraw");
         command.output().expect("run withdraw")
     };
-    let output = withdraw(&[]);
+    // Ours goes.
+    let ours = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "local-registry-hosting",
+            "labels": {"app.kubernetes.io/managed-by": "local-registry-publisher"}},
+        "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}}))
+    .unwrap();
+    public
+        .patch("local-registry-hosting", &PatchParams::apply("local-registry-publisher").force(), &Patch::Apply(&ours))
+        .await
+        .expect("ours");
+    let output = withdraw();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(public.get_opt("local-registry-hosting").await.unwrap().is_none(), "withdrawn");
+
+    // A foreign one stays.
     let foreign = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "local-registry-hosting"},
         "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}}))
     .unwrap();
     public.create(&PostParams::default(), &foreign).await.expect("a foreign ConfigMap");
-    let output = withdraw(&[]);
+    let output = withdraw();
     assert!(output.status.success() && String::from_utf8_lossy(&output.stderr).contains("another tool wrote it"));
     assert!(
         public.get_opt("local-registry-hosting").await.unwrap().is_some(),
@@ -481,14 +518,13 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events_and_no_
         .patch("local-registry-hosting", &PatchParams::apply("future-writer").force(), &Patch::Apply(&other))
         .await
         .expect("the other writer's part");
-    let output = withdraw(&[]);
+    let output = withdraw();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let left = public.get("local-registry-hosting").await.expect("the shared ConfigMap stays");
     let keys: Vec<String> = left.data.unwrap_or_default().into_keys().collect();
     assert_eq!(keys, ["localRegistryHosting.v2"], "only our key is withdrawn");
     assert!(!left.metadata.labels.unwrap_or_default().contains_key("app.kubernetes.io/managed-by"), "and our label");
     public.delete("local-registry-hosting", &DeleteParams::default()).await.ok();
-    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]));
 }
 
 /// A release watching only a fresh namespace and publishing there, and the controller binary run with the

@@ -116,104 +116,155 @@ async fn scenario(prefix: &str, accounts: &[&str]) -> (Scenario, String) {
     (scenario, name)
 }
 
+/// One registry distributing its token to one labelled namespace, whose `builder` account already lists someone
+/// else's Secret: each test below starts from here, on the shared control plane.
+struct Distributing {
+    scenario: Scenario,
+    name: String,
+    client: Client,
+    wanted: String,
+    running: support::Running,
+}
+
+const CLUSTER_HOST: &str = "zot.example:5000";
+
+impl Distributing {
+    async fn start(prefix: &str) -> Self {
+        let plane = ControlPlane::shared();
+        let (scenario, name) = scenario(prefix, &["default", "builder"]).await;
+        let client = scenario.client.clone();
+        let wanted = plane.namespace(&client, &format!("{prefix}-app")).await.unwrap();
+        kubectl(&["label", "namespace", &wanted, LABEL]);
+        // Someone else's entry on a chosen account stays whatever we do.
+        let builder = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"},
+            "imagePullSecrets": [{"name": "theirs"}]});
+        apply_in(&client, &wanted, builder).await;
+        scenario.apply(source("creds", json!({"token": "first-token"}))).await;
+        scenario.apply(registry("localhost:5001", Some("creds"))).await;
+        let running = scenario.start();
+        let first = BTreeMap::from([
+            ("localhost:5001".to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
+            (CLUSTER_HOST.to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
+        ]);
+        wait_config(&client, &wanted, &name, "one entry per published address, token as password", |c| {
+            c.as_ref().is_some_and(|c| entries(c) == first)
+        })
+        .await;
+        wait_account(&client, &wanted, "default", &name, &[&name]).await;
+        wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
+        Self { scenario, name, client, wanted, running }
+    }
+
+    /// Waits until every entry of the distributed Secret has this user and password.
+    async fn wait_credentials(&self, what: &str, user: &str, password: &str) {
+        wait_config(&self.client, &self.wanted, &self.name, what, |c| {
+            c.as_ref().is_some_and(|c| entries(c).values().all(|(u, p)| u == user && p == password))
+        })
+        .await;
+    }
+
+    /// Waits until our Secret and our account entries are gone, and someone else's entry stays.
+    async fn wait_removed(&self, what: &str) {
+        wait_config(&self.client, &self.wanted, &self.name, what, Option::is_none).await;
+        wait_account(&self.client, &self.wanted, "default", &self.name, &[]).await;
+        wait_account(&self.client, &self.wanted, "builder", &self.name, &["theirs"]).await;
+    }
+
+    async fn finish(self) {
+        self.running.stop().await;
+        ControlPlane::shared().delete_namespace(&self.client, &self.wanted).await.unwrap();
+    }
+}
+
 #[tokio::test]
-async fn pull_credentials_reach_labelled_namespaces_follow_changes_and_leave_exactly_what_was_added() {
+async fn pull_credentials_reach_exactly_the_labelled_namespaces_and_doctor_says_where() {
     let plane = ControlPlane::shared();
-    let (scenario, name) = scenario("pull", &["default", "builder"]).await;
-    let client = scenario.client.clone();
-    let (wanted, unwanted) =
-        (plane.namespace(&client, "pull-app").await.unwrap(), plane.namespace(&client, "pull-other").await.unwrap());
-    kubectl(&["label", "namespace", &wanted, LABEL]);
-    // Someone else's entry on a chosen account stays whatever we do.
-    apply_in(
-        &client,
-        &wanted,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"},
-        "imagePullSecrets": [{"name": "theirs"}]}),
-    )
-    .await;
-    scenario.apply(source("creds", json!({"token": "first-token"}))).await;
-    scenario.apply(registry("localhost:5001", Some("creds"))).await;
-    let running = scenario.start();
-
-    let cluster_host = "zot.example:5000";
-    let first = [
-        ("localhost:5001".to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
-        (cluster_host.to_string(), ("oauth2accesstoken".to_string(), "first-token".to_string())),
-    ];
-    wait_config(&client, &wanted, &name, "one entry per published address, token as password", |c| {
-        c.as_ref().is_some_and(|c| entries(c) == BTreeMap::from(first.clone()))
-    })
-    .await;
-    let secret = Api::<Secret>::namespaced(client.clone(), &wanted).get(&name).await.unwrap();
+    let d = Distributing::start("pull-reach").await;
+    let unwanted = plane.namespace(&d.client, "pull-reach-other").await.unwrap();
+    let secret = Api::<Secret>::namespaced(d.client.clone(), &d.wanted).get(&d.name).await.unwrap();
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
-    assert_eq!(docker_config(&client, &unwanted, &name).await, None, "a namespace nobody labelled gets nothing");
-    assert_eq!(docker_config(&client, &scenario.ns, &name).await, None, "nor does the registry's own");
-    wait_account(&client, &wanted, "default", &name, &[&name]).await;
-    wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
-    let untouched = pull_secret_names(&client, &unwanted, "default").await;
+    // Give the controller a pass after the other namespace exists: it must still not write there.
+    d.scenario.wait_marker().await;
+    assert_eq!(docker_config(&d.client, &unwanted, &d.name).await, None, "a namespace nobody labelled gets nothing");
+    assert_eq!(docker_config(&d.client, &d.scenario.ns, &d.name).await, None, "nor does the registry's own");
+    let untouched = pull_secret_names(&d.client, &unwanted, "default").await;
     assert!(untouched.is_empty(), "{untouched:?}");
-    let report = doctor(&scenario, &name, "default,builder");
-    assert!(report.contains(&format!("names the credentials Secret {}/creds", scenario.ns)), "{report}");
+    let report = doctor(&d.scenario, &d.name, "default,builder");
+    assert!(report.contains(&format!("names the credentials Secret {}/creds", d.scenario.ns)), "{report}");
     let holding = report.lines().find(|l| l.contains("holding the controller's Secret")).unwrap_or_default();
-    assert!(holding.contains(&wanted) && !holding.contains(&unwanted), "{report}");
+    assert!(holding.contains(&d.wanted) && !holding.contains(&unwanted), "{report}");
+    plane.delete_namespace(&d.client, &unwanted).await.unwrap();
+    d.finish().await;
+}
 
+#[tokio::test]
+async fn pull_credentials_follow_rotation_and_the_registrys_addresses() {
+    let d = Distributing::start("pull-follow").await;
     // Rotation: a new token reaches the Secret; the time it took is printed, not asserted.
     let rotated = Instant::now();
-    scenario.apply(source("creds", json!({"token": "second-token"}))).await;
-    wait_config(&client, &wanted, &name, "the rotated token", |c| {
-        c.as_ref().is_some_and(|c| entries(c).values().all(|(_, p)| p == "second-token"))
-    })
-    .await;
+    d.scenario.apply(source("creds", json!({"token": "second-token"}))).await;
+    d.wait_credentials("the rotated token", "oauth2accesstoken", "second-token").await;
     println!("rotation reached the pull Secret in {:?}", rotated.elapsed());
 
     // The registry moves: the entries follow its published addresses.
-    scenario.apply(registry("localhost:5002", Some("creds"))).await;
-    wait_config(&client, &wanted, &name, "the new address", |c| {
-        c.as_ref().is_some_and(|c| entries(c).keys().map(String::as_str).eq(["localhost:5002", cluster_host]))
+    d.scenario.apply(registry("localhost:5002", Some("creds"))).await;
+    wait_config(&d.client, &d.wanted, &d.name, "the new address", |c| {
+        c.as_ref().is_some_and(|c| entries(c).keys().map(String::as_str).eq(["localhost:5002", CLUSTER_HOST]))
     })
     .await;
+    d.finish().await;
+}
 
-    // A source that cannot be used keeps the last good Secret and says why on the registry.
-    scenario.delete("v1", "Secret", "creds").await;
-    scenario.wait_event("registry", "PullSecretMissing").await;
-    scenario.apply(source("creds", json!({"password": "no-user"}))).await;
-    let note = scenario.wait_event("registry", "PullSecretInvalid").await;
+#[tokio::test]
+async fn an_unusable_credentials_secret_keeps_the_last_good_pull_secret_and_says_why() {
+    let d = Distributing::start("pull-unusable").await;
+    d.scenario.delete("v1", "Secret", "creds").await;
+    d.scenario.wait_event("registry", "PullSecretMissing").await;
+    d.scenario.apply(source("creds", json!({"password": "no-user"}))).await;
+    let note = d.scenario.wait_event("registry", "PullSecretInvalid").await;
     assert!(note.contains("no \"username\""), "{note}");
-    let kept = docker_config(&client, &wanted, &name).await.expect("still there");
-    assert!(entries(&kept).values().all(|(_, p)| p == "second-token"));
-    scenario.apply(source("creds", json!({"username": "ci", "password": "pair"}))).await;
-    wait_config(&client, &wanted, &name, "user and password", |c| {
-        c.as_ref().is_some_and(|c| entries(c).values().all(|(u, p)| u == "ci" && p == "pair"))
-    })
-    .await;
+    let kept = docker_config(&d.client, &d.wanted, &d.name).await.expect("still there");
+    assert!(entries(&kept).values().all(|(_, p)| p == "first-token"), "the last good credentials stay");
+    d.scenario.apply(source("creds", json!({"username": "ci", "password": "pair"}))).await;
+    d.wait_credentials("user and password", "ci", "pair").await;
+    d.finish().await;
+}
 
-    // Opt-out of the namespace: our Secret and our entries go; theirs stays.
-    kubectl(&["label", "namespace", &wanted, "local-registry-publisher.io/pull-secret-wanted-"]);
-    wait_config(&client, &wanted, &name, "removed when unlabelled", Option::is_none).await;
-    wait_account(&client, &wanted, "default", &name, &[]).await;
-    wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
+#[tokio::test]
+async fn a_namespace_that_opts_out_loses_exactly_what_was_added() {
+    let d = Distributing::start("pull-optout").await;
+    kubectl(&["label", "namespace", &d.wanted, "local-registry-publisher.io/pull-secret-wanted-"]);
+    d.wait_removed("removed when unlabelled").await;
+    d.finish().await;
+}
 
-    // Back in, then the annotation goes: the same clean-up.
-    kubectl(&["label", "namespace", &wanted, LABEL]);
-    wait_account(&client, &wanted, "builder", &name, &["theirs", &name]).await;
-    scenario.apply(registry("localhost:5002", None)).await;
-    wait_config(&client, &wanted, &name, "removed with the annotation", Option::is_none).await;
-    wait_account(&client, &wanted, "default", &name, &[]).await;
-    wait_account(&client, &wanted, "builder", &name, &["theirs"]).await;
-    let marks = Api::<ServiceAccount>::namespaced(client.clone(), &wanted).get("default").await.unwrap();
+#[tokio::test]
+async fn when_the_annotation_goes_only_our_entries_and_mark_go_and_another_releases_stay() {
+    let d = Distributing::start("pull-annotation").await;
+    // Another release shares the account: its mark must survive ours going.
+    let theirs = json!({"metadata": {"annotations": {
+        "local-registry-publisher.io/added-pull-secrets": format!("other-release,{}", d.name)}}});
+    let accounts = Api::<ServiceAccount>::namespaced(d.client.clone(), &d.wanted);
+    accounts.patch("default", &PatchParams::default(), &Patch::Merge(&theirs)).await.expect("another release's mark");
+    d.scenario.apply(registry("localhost:5001", None)).await;
+    d.wait_removed("removed with the annotation").await;
+    let marks = accounts.get("default").await.unwrap();
     let mark = marks.metadata.annotations.unwrap_or_default().remove("local-registry-publisher.io/added-pull-secrets");
-    assert!(!mark.unwrap_or_default().split(',').any(|n| n == name), "our mark is gone, others' stay");
+    // The other tests' controllers (each its own release, all seeing every labelled namespace) mark it too.
+    let marked: Vec<&str> = mark.as_deref().unwrap_or_default().split(',').collect();
+    assert!(
+        marked.contains(&"other-release") && !marked.contains(&d.name.as_str()),
+        "ours gone, theirs kept: {mark:?}"
+    );
+    d.finish().await;
+}
 
-    // And when the registry itself goes.
-    scenario.apply(registry("localhost:5002", Some("creds"))).await;
-    wait_config(&client, &wanted, &name, "back", Option::is_some).await;
-    scenario.delete("v1", "Service", "registry").await;
-    wait_config(&client, &wanted, &name, "removed with the registry", Option::is_none).await;
-    running.stop().await;
-    for ns in [wanted, unwanted] {
-        plane.delete_namespace(&client, &ns).await.unwrap();
-    }
+#[tokio::test]
+async fn when_the_registry_goes_its_pull_secrets_go() {
+    let d = Distributing::start("pull-registry").await;
+    d.scenario.delete("v1", "Service", "registry").await;
+    d.wait_removed("removed with the registry").await;
+    d.finish().await;
 }
 
 #[tokio::test]

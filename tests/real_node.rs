@@ -152,15 +152,15 @@ fn registry_pod_spec(port: i32, host_port: Option<i32>) -> serde_json::Value {
 
 /// The KEP flow against whatever is published now: push to `host` from `push_from_node`'s side, run a pod from
 /// the runtime host, and list the registry from a pod through the cluster network.
-async fn kep_flow(client: &Client, ns: &str, document: &LocalRegistryHostingV1, push_from_node: bool) {
+/// Each flow pushes an image of its own (see `own_image`), named `kep/<name>:1`.
+async fn kep_flow(client: &Client, ns: &str, name: &str, document: &LocalRegistryHostingV1, push_from_node: bool) {
     let host = document.host.clone().expect("a host for tools outside the cluster");
     let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
     let cluster = document.host_from_cluster_network.clone().expect("a host for pods");
-    let pause = plane().dir().join("images/pause");
-    push(push_from_node, &pause, &format!("{host}/kep/pause:1"), None);
+    push(push_from_node, &own_image(name), &format!("{host}/kep/{name}:1"), None);
 
     // The node's runtime pulls the pushed image through the published runtime host.
-    let image = format!("{runtime}/kep/pause:1");
+    let image = format!("{runtime}/kep/{name}:1");
     let app = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
         "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}});
     apply_in(client, ns, app).await;
@@ -176,7 +176,8 @@ async fn kep_flow(client: &Client, ns: &str, document: &LocalRegistryHostingV1, 
     apply_in(client, ns, catalog).await;
     let phase = wait_phase(client, ns, "catalog", &["Succeeded", "Failed"]).await;
     let listed = logs(client, ns, "catalog").await;
-    assert!(phase == "Succeeded" && listed.lines().any(|l| l == "kep/pause"), "{cluster}/v2/: {phase}: {listed}");
+    let repository = format!("kep/{name}");
+    assert!(phase == "Succeeded" && listed.lines().any(|l| l == repository), "{cluster}/v2/: {phase}: {listed}");
 }
 
 /// The controller's process as the node runs it: found through its container's cgroup.
@@ -190,7 +191,7 @@ fn container_process(container_id: &str) -> u32 {
 }
 
 #[tokio::test]
-async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodeport_and_hostport_registries() {
+async fn the_chart_runs_hardened_on_a_real_node() {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     images();
@@ -216,32 +217,56 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
     assert!(root_mount.split_whitespace().nth(5).is_some_and(|o| o.split(',').any(|o| o == "ro")), "{root_mount}");
     let environment = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
     assert!(!String::from_utf8_lossy(&environment).contains("KUBECONFIG"), "in-cluster config, no kubeconfig");
+    ok(tool("helm", &["uninstall", "lrp", "-n", "lrp-system", "--wait", "--timeout", "180s"]));
+}
 
-    // A NodePort registry, published with the default node address: tools on the node push to localhost.
+#[tokio::test]
+async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed_as_published() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    // Every namespace is watched; the chart's registry.allowedNamespaces is what trusts this one.
     let ns = plane.namespace(&client, "kep-nodeport").await.expect("namespace");
-    // A cluster admin allows the registry's namespace to name the cluster's registry.
-    ok(tool("kubectl", &["label", "namespace", &ns, "local-registry-publisher.io/registries=allowed"]));
+    let values = [
+        format!("configMap.namespace={ns}"),
+        "configMap.name=hosting".into(),
+        format!("registry.selector={ISOLATED_LABEL}={ns}"),
+        "registry.builtin=false".into(),
+        format!("registry.allowedNamespaces={{{ns}}}"),
+    ];
+    helm_install("nodeport", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
         "spec": {"selector": {"matchLabels": {"app": "registry"}},
             "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
     apply_in(&client, &ns, registry).await;
     let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {"local-registry-publisher.io/registry": "true"}},
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
         "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
     apply_in(&client, &ns, service).await;
+
+    // Published with the default node address: tools on the node push to localhost.
     let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
-    let document = wait_published(&client, "kube-public", "local-registry-hosting", "the NodePort registry", |d| {
+    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
     .await;
     assert!(document.host.as_deref().is_some_and(|h| h.starts_with("localhost:3")), "{document:?}");
-    kep_flow(&client, &ns, &document, true).await;
+    kep_flow(&client, &ns, "nodeport", &document, true).await;
+
     // doctor --from-cluster probes hostFromClusterNetwork from a pod running the controller's own image.
     let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
-    let probe_namespace = format!("--probe-namespace={ns}");
+    let settings = [
+        format!("--configmap-namespace={ns}"),
+        "--configmap-name=hosting".into(),
+        format!("--registry-selector={ISOLATED_LABEL}={ns}"),
+        "--no-builtin-registries".into(),
+        format!("--allowed-namespaces={ns}"),
+        format!("--probe-namespace={ns}"),
+    ];
     let image = "--image=docker.io/library/local-registry-publisher:0.1.0";
     let doctor = Command::new(support::binary::BINARY)
-        .args(["doctor", &kubeconfig, "--from-cluster", image, &probe_namespace])
+        .args(["doctor", &kubeconfig, "--from-cluster", image])
+        .args(&settings)
         .output()
         .expect("run doctor");
     let report = String::from_utf8_lossy(&doctor.stdout);
@@ -249,17 +274,33 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
         report.contains("== From a pod") && report.contains(&format!("{cluster_host}: a registry answers over HTTP")),
         "{report}"
     );
-    assert!(report.contains("controller pod lrp-system/lrp-local-registry-publisher-"), "the chart's pod: {report}");
+    assert!(report.contains(&format!("controller pod {ns}/nodeport-local-registry-publisher-")), "{report}");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let left = pods.list(&kube::api::ListParams::default().labels("app.kubernetes.io/component=registry-doctor")).await;
     assert!(
         left.expect("list").items.iter().all(|p| p.metadata.deletion_timestamp.is_some()),
         "the probe pod is removed"
     );
+    ok(tool("helm", &["uninstall", "nodeport", "-n", &ns, "--wait", "--timeout", "180s"]));
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
 
-    // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000,
-    // recognised without a label; the machine pushes to the node's address, the runtime pulls from 127.0.0.1.
+#[tokio::test]
+async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_and_pulled_as_published() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    // This release watches kube-system only, so it sees minikube's registry and no other test's.
+    let ns = plane.namespace(&client, "kep-hostport").await.expect("namespace");
+    let values = [
+        format!("configMap.namespace={ns}"),
+        "configMap.name=hosting".into(),
+        "registry.watchNamespaces={kube-system}".into(),
+    ];
+    helm_install("hostport", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000;
+    // the machine pushes to the node's address, the runtime pulls from 127.0.0.1.
     let proxy = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "registry-proxy"},
         "spec": {"selector": {"matchLabels": {"registry-proxy": "true"}},
             "template": {"metadata": {"labels": {"registry-proxy": "true"}}, "spec": registry_pod_spec(80, Some(5000))}}});
@@ -267,17 +308,16 @@ async fn the_chart_runs_hardened_on_a_real_node_and_the_kep_flow_works_for_nodep
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
         "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
     apply_in(&client, "kube-system", service).await;
-    let document = wait_published(&client, "kube-public", "local-registry-hosting", "minikube's registry", |d| {
+    let document = wait_published(&client, &ns, "hosting", "minikube's registry", |d| {
         d.host_from_cluster_network.as_deref() == Some("registry.kube-system.svc.cluster.local:80")
     })
     .await;
     let node_ip = node().network().node_ip;
     assert_eq!(document.host.as_deref(), Some(format!("{node_ip}:5000").as_str()));
     assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:5000"));
-    let ns = plane.namespace(&client, "kep-hostport").await.expect("namespace");
-    kep_flow(&client, &ns, &document, false).await;
-    ok(tool("helm", &["uninstall", "lrp", "-n", "lrp-system", "--wait", "--timeout", "180s"]));
-    assert_eq!(published(&client, "kube-public", "local-registry-hosting").await, None, "uninstall withdrew it");
+    kep_flow(&client, &ns, "hostport", &document, false).await;
+    ok(tool("helm", &["uninstall", "hostport", "-n", &ns, "--wait", "--timeout", "180s"]));
+    assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew it");
 }
 
 /// The label that marks an isolated test's registry, which no other release selects.
@@ -297,6 +337,11 @@ fn isolated_values(ns: &str) -> Vec<String> {
 
 /// A release named `release` in a fresh namespace of the same name, publishing an ExternalName registry there.
 async fn isolated_release(release: &str) -> (Client, String) {
+    isolated_release_with(release, &[]).await
+}
+
+/// The same, with more chart values.
+async fn isolated_release_with(release: &str, extra: &[&str]) -> (Client, String) {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     images();
@@ -306,7 +351,8 @@ async fn isolated_release(release: &str) -> (Client, String) {
             "annotations": {"local-registry-publisher.io/host": "localhost:5001"}},
         "spec": {"type": "ExternalName", "externalName": "kind-registry", "ports": [{"name": "registry", "port": 5000}]}});
     apply_in(&client, &ns, service).await;
-    let values = isolated_values(&ns);
+    let mut values = isolated_values(&ns);
+    values.extend(extra.iter().map(|v| v.to_string()));
     helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
     (client, ns)
@@ -320,9 +366,12 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
     // change the API server reports.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    // What the follower has seen: (listed, each pod not yet deleted: (not finished, Ready), every pod seen).
+    type Seen = (bool, BTreeMap<String, (bool, bool)>, BTreeSet<String>);
+    let (report, mut reports) = tokio::sync::watch::channel::<Seen>((false, BTreeMap::new(), BTreeSet::new()));
     let follower = tokio::spawn(async move {
-        let mut live: BTreeMap<String, bool> = BTreeMap::new();
-        let (mut most, mut seen) = (0, BTreeSet::new());
+        let mut live: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+        let (mut most, mut seen, mut listed) = (0, BTreeSet::new(), false);
         let mut events = watcher::watcher(pods, watcher::Config::default().labels(CONTROLLER_LABELS)).boxed();
         loop {
             let event = tokio::select! {
@@ -332,22 +381,31 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
             match event {
                 Ok(Some(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
                     let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                    let ready = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     seen.insert(name.clone());
-                    live.insert(name, !matches!(phase.as_str(), "Succeeded" | "Failed"));
+                    live.insert(name, (!matches!(phase.as_str(), "Succeeded" | "Failed"), ready));
                 }
                 Ok(Some(watcher::Event::Delete(pod))) => {
                     live.remove(&pod.metadata.name.unwrap_or_default());
                 }
+                Ok(Some(watcher::Event::InitDone)) => listed = true,
                 Ok(_) => {}
                 Err(error) => panic!("watching the controller's pods: {error}"),
             }
-            most = most.max(live.values().filter(|alive| **alive).count());
+            most = most.max(live.values().filter(|(alive, _)| *alive).count());
+            let _ = report.send((listed, live.clone(), seen.clone()));
         }
         (most, seen)
     });
-    // Let the watch list the current pod before anything changes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The watch lists the current pod before anything changes.
+    let listed = tokio::time::timeout(SOON, reports.wait_for(|(listed, _, _)| *listed)).await.is_ok_and(|r| r.is_ok());
+    assert!(listed, "the pod watch listed the current pod");
+    let original: BTreeSet<String> = reports.borrow().2.clone();
     let chart = root().join("charts/local-registry-publisher").display().to_string();
     let mut args = vec!["upgrade", "upgrade", &chart, "-n", &ns, "--reuse-values", "--wait", "--timeout", "180s"];
     args.extend(["--set", "logging.level=debug"]);
@@ -355,8 +413,16 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
     let upgraded =
         tokio::task::spawn_blocking(move || tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
     ok(upgraded.await.expect("helm upgrade"));
-    // The watch reports the last changes a moment after helm sees the new pod Ready.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Until the watch itself has seen the old pod gone and exactly one new one live.
+    let replaced = tokio::time::timeout(
+        SOON,
+        reports.wait_for(|(_, live, _)| {
+            live.len() == 1 && live.iter().all(|(pod, (alive, ready))| *alive && *ready && !original.contains(pod))
+        }),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(replaced, "the watch saw the pod replaced: {:?}", *reports.borrow());
     let _ = stop.send(());
     let (most, seen) = follower.await.expect("the pod follower");
     assert!(seen.len() >= 2, "the upgrade replaced the pod: {seen:?}");
@@ -386,6 +452,24 @@ async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_
     assert!(configmaps.get_opt("hosting").await.expect("GET").is_none(), "no ConfigMap at all");
 }
 
+#[tokio::test]
+async fn with_withdraw_on_uninstall_off_the_configmap_outlives_helm_uninstall() {
+    let (client, ns) = isolated_release_with("keep", &["configMap.withdrawOnUninstall=false"]).await;
+    ok(tool("helm", &["uninstall", "keep", "-n", &ns, "--wait", "--timeout", "180s"]));
+    // Without the hook nothing scales the controller down first: its pod goes with the garbage collector.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let gone = wait_until(SOON, || async {
+        let left = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the controller is gone after uninstall");
+    let hooks = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &ns);
+    assert!(hooks.list(&Default::default()).await.expect("list Jobs").items.is_empty(), "no uninstall hook ran");
+    let document = published(&client, &ns, "hosting").await;
+    assert_eq!(document.and_then(|d| d.host), Some("localhost:5001".into()), "the ConfigMap is kept as asked");
+}
+
 /// The pull Secret in `ns`, once it holds `password`; crane reads it as `<dir>/config.json`.
 async fn wait_pull_secret(client: &Client, ns: &str, password: &str, dir: &Path) -> serde_json::Value {
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns);
@@ -411,8 +495,8 @@ async fn waiting(client: &Client, ns: &str, name: &str) -> Option<String> {
     Some(format!("{}: {}", waiting.reason.unwrap_or_default(), waiting.message.unwrap_or_default()))
 }
 
-/// An image of this test's own (the pause program with a label of its own): the kubelet reports a container's
-/// image by any name its digest has, so sharing the KEP flow's pushed pause image would change what that test reads.
+/// An image of a test's own (the pause program with a label of its own): the kubelet reports a container's image by
+/// any name its digest has, so tests that run side by side and pushed one image would read each other's names.
 fn own_image(name: &str) -> PathBuf {
     let dir = plane().dir().join("images");
     let spec = testbed::image::ImageSpec {

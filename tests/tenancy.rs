@@ -121,3 +121,36 @@ async fn the_microk8s_addon_counts_only_on_a_microk8s_cluster() {
     s.wait_published("the withdrawal once no node says MicroK8s", Option::is_none).await;
     ControlPlane::shared().delete_namespace(&s.client, "container-registry").await.expect("cleanup");
 }
+
+/// Whoever installs the controller may allow namespaces by flag instead of a cluster admin's label: the registry
+/// there is published, one elsewhere stays ignored. The flag's old spelling still works.
+#[tokio::test]
+async fn allowed_namespaces_by_flag_name_the_registry_and_the_old_spelling_works() {
+    for flag in ["--allowed-namespaces", "--registry-namespaces"] {
+        let s = Scenario::new("by-flag").await;
+        let elsewhere = ControlPlane::shared().namespace(&s.client, "by-flag-other").await.expect("namespace");
+        // A selector of this run's own, so the other tests' registries are not its business.
+        let label = json!({"example.dev/by-flag": s.ns});
+        let spec = json!({"type": "ExternalName", "externalName": "zot.example", "ports": [{"port": 5000}]});
+        s.apply(service("zot", label.clone(), json!({}), spec.clone())).await;
+        apply_in(
+            &s.client,
+            &elsewhere,
+            service("other", label, json!({"local-registry-publisher.io/priority": "9"}), spec),
+        )
+        .await;
+        let controller = support::binary::Controller::start(&[
+            format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display()),
+            format!("--configmap-namespace={}", s.ns),
+            format!("--registry-selector=example.dev/by-flag={}", s.ns),
+            "--no-builtin-registries".into(),
+            format!("{flag}={}", s.ns),
+        ]);
+        let published = s.wait_published(flag, |d| d.is_some()).await.expect("a document");
+        assert_eq!(published.host_from_cluster_network.as_deref(), Some("zot.example:5000"), "{flag}");
+        let other = Scenario { client: s.client.clone(), ns: elsewhere.clone(), settings: s.settings.clone() };
+        other.wait_event("other", "NamespaceNotAllowed").await;
+        drop(controller);
+        ControlPlane::shared().delete_namespace(&s.client, &elsewhere).await.expect("cleanup");
+    }
+}
