@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up up-node manifests image fuzz mutants
+.PHONY: demo test bench lint tools up up-node manifests image fuzz mutants install
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -22,6 +22,14 @@ test: tools image
 	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
 	done
 
+## install: the CLI into $(PREFIX)/bin (default ~/.local/bin), with the kubectl plugin name beside it
+PREFIX ?= $(HOME)/.local
+install:
+	$(CARGO) build --release --locked --quiet --bin local-registry-publisher -p local-registry-publisher
+	install -D -m 0755 target/release/local-registry-publisher "$(DESTDIR)$(PREFIX)/bin/local-registry-publisher"
+	ln -sf local-registry-publisher "$(DESTDIR)$(PREFIX)/bin/kubectl-registry_hosting"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "[install] add $(PREFIX)/bin to PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
+
 ## image: the controller's OCI image from the release binary, without a Docker engine (target/image/)
 image:
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
@@ -36,14 +44,15 @@ bench: tools
 fuzz:
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --test grammar
 
-## mutants: cargo-mutants over the pure core with the unit and grammar tests; every missed mutant is a decision no
-## test pins down (about half an hour on 2 cores: not part of `make test` or CI)
+## mutants: cargo-mutants over the pure decision core (the document and the publish decision) with the unit and
+## grammar tests; every missed mutant is a decision no test pins down. About half an hour on 2 cores, so not part of
+## `make test` or CI. MUTANTS_FILES widens it, e.g. MUTANTS_FILES="src/registry/*.rs src/pull/*.rs".
 MUTANTS_VERSION := 27.1.0
+MUTANTS_FILES ?= src/hosting/*.rs src/publish/*.rs
 mutants:
 	"$$(hack/cargo-tool.sh cargo-mutants $(MUTANTS_VERSION))" mutants -p local-registry-publisher \
-	  --file 'src/hosting/*.rs' --file 'src/registry/*.rs' --file 'src/publish/*.rs' --file 'src/pull/*.rs' \
-	  --file src/watching.rs --file src/keys.rs --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
-	  --output target/mutants -- --lib --test grammar
+	  $(foreach f,$(MUTANTS_FILES),--file '$(f)') --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
+	  --cargo-arg=--lib --cargo-arg=--test=grammar --output target/mutants
 
 ## lint: formatting and clippy, as CI runs them
 lint:
