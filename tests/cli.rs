@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -169,6 +170,30 @@ async fn render_prints_what_would_be_published_and_the_api_server_accepts_it() {
     let problem = run(&["render", "-f", "-"], Some(ambiguous));
     assert_eq!(problem.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&problem.stderr).contains("AmbiguousPort"));
+}
+
+#[test]
+fn render_refuses_internal_ip_offline_instead_of_dropping_host() {
+    // Offline there is no node, so no InternalIP: before, `host` was left out and the exit status said all is well.
+    let output = run(&["render", "-f", "-", "--node-address", "internal-ip"], Some(NODEPORT_REGISTRY));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("registry/registry: host would be <the node's InternalIP>:30500"), "{stderr}");
+    assert!(stderr.contains("--node-address 192.168.49.2"), "says what to pass instead: {stderr}");
+    assert!(output.stdout.is_empty(), "nothing half-rendered: {}", String::from_utf8_lossy(&output.stdout));
+    // A load balancer's address needs no node: the same setting renders.
+    let balanced = NODEPORT_REGISTRY.replacen(
+        "  type: NodePort\n  ports: [{name: registry, port: 5000, nodePort: 30500}]\n",
+        "  type: LoadBalancer\n  ports: [{name: registry, port: 5000, nodePort: 30500}]\n\
+         status: {loadBalancer: {ingress: [{ip: 10.0.0.9}]}}\n",
+        1,
+    );
+    assert_ne!(balanced, NODEPORT_REGISTRY);
+    let output = run(&["render", "-f", "-", "--node-address", "internal-ip"], Some(&balanced));
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let configmap: ConfigMap = serde_saphyr::from_str(&stdout(&output)).expect("a ConfigMap manifest");
+    let document = configmap.data.unwrap_or_default().remove("localRegistryHosting.v1").unwrap_or_default();
+    assert!(document.starts_with("host: \"10.0.0.9:5000\"\n"), "{document}");
 }
 
 #[tokio::test]
@@ -382,6 +407,14 @@ async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
     let (code, text) = doctor(&s);
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(raw_control(&text), None, "{text:?}");
+    // Naming only the ConfigMap is enough: doctor judges with the running controller's settings (this namespace
+    // watched and allowed, no built-in addons), read from its pod; its own defaults would call the ConfigMap stale.
+    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
+    let output = run(&["doctor", &kubeconfig, &format!("--configmap-namespace={}", s.ns)], None);
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    let source = format!("settings: those of controller pod {0}/lrp-controller-{0} (its arguments)", s.ns);
+    assert!(report.contains(&source) && report.contains("the ConfigMap is current"), "{report}");
     assert!(!text.contains("PUBLISHED OK"), "the forged Event is not shown as the controller's: {text}");
     assert!(text.contains("the controller's last Event on it: Published: published to"), "{text}");
     assert!(
@@ -434,4 +467,23 @@ async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
     assert_eq!(output.status.code(), Some(4), "{stderr}");
     assert_eq!(raw_control(&stderr), None, "{stderr:?}");
     assert!(stderr.contains("reg/zot\\u{1b}]0;pwned\\u{7}"), "{stderr}");
+}
+
+#[test]
+fn make_install_puts_the_cli_and_its_kubectl_plugin_name_on_a_prefix() {
+    let temp = TempDir::new("install");
+    let prefix = temp.0.join("prefix");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let install = Command::new("make")
+        .args(["-C", &root.display().to_string(), "install", &format!("PREFIX={}", prefix.display())])
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .expect("run make install");
+    let said = String::from_utf8_lossy(&install.stdout);
+    assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
+    assert!(said.contains(&format!("add {}/bin to PATH", prefix.display())), "says PATH lacks it: {said}");
+    for name in ["local-registry-publisher", "kubectl-registry_hosting"] {
+        let version = Command::new(prefix.join("bin").join(name)).arg("--version").output().expect(name);
+        assert_eq!(stdout(&version), format!("local-registry-publisher {}\n", env!("CARGO_PKG_VERSION")), "{name}");
+    }
 }

@@ -35,8 +35,14 @@ pub struct FromCluster {
     pub namespace: String,
 }
 
-pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
-    let target = settings.target();
+/// `flags` name the ConfigMap to check; what decides it are the settings of the running controller that publishes
+/// that ConfigMap (read from its pod's arguments), so a chart value that differs from a flag default is no false
+/// alarm. Without such a controller, the flags stand in for it.
+pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
+    let target = flags.target();
+    let pods = controller_pods(&client).await;
+    let (settings, source) = effective_settings(flags, &pods);
+    let settings = &settings;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &settings.configmap_namespace);
     let configmap = match configmaps.get_opt(&settings.configmap_name).await {
         Ok(configmap) => configmap,
@@ -76,6 +82,7 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     }
 
     say!("\n== From the cluster (what the controller sees and decides)");
+    say!("  settings: {source}");
     say!("  reading the registries, their endpoints and the ConfigMap...");
     let Ok(cluster) = tokio::time::timeout(CLUSTER_TIMEOUT, publisher::observe(&client, settings)).await else {
         shout!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
@@ -96,7 +103,6 @@ pub async fn doctor(client: Client, settings: &Settings, from_cluster: Option<Fr
     if registries.allowed.is_empty() && registries.ignored.is_empty() {
         say!("  no registry: no Service matches {:?} in an allowed namespace", settings.registry_selector.to_string());
     }
-    let pods = controller_pods(&client).await;
     let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
     let running: Vec<&str> = match &pods {
@@ -275,11 +281,34 @@ fn controller_pods_selector() -> kube::core::Selector {
     selector
 }
 
-/// A controller pod: where it runs, and its phase.
+/// A controller pod: where it runs, its phase, and the arguments its container runs with.
 struct ControllerPod {
     namespace: String,
     name: String,
     phase: String,
+    args: Vec<String>,
+}
+
+/// The settings of the first running controller pod (by namespace and name) that publishes `flags`' ConfigMap,
+/// parsed from its container's arguments as the controller parsed them; else `flags`. With where they came from.
+fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -> (Settings, String) {
+    use clap::Parser;
+    let own = || (flags.clone(), "this command's flags".to_string());
+    let Ok(pods) = pods else {
+        return (flags.clone(), "this command's flags (controller pods cannot be listed with this identity)".into());
+    };
+    let mut running: Vec<&ControllerPod> = pods.iter().filter(|p| p.phase == "Running").collect();
+    running.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    for pod in running {
+        let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
+        let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
+        let settings = parsed.publish.settings();
+        if parsed.command.is_none() && settings.target() == flags.target() {
+            return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name));
+        }
+    }
+    let (settings, source) = own();
+    (settings, format!("{source} (no running controller pod publishes {})", flags.target()))
 }
 
 /// The controller pods; `Err` when this identity may not list pods.
@@ -293,8 +322,17 @@ async fn controller_pods(client: &Client) -> Result<Vec<ControllerPod>, ()> {
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
             phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            args: controller_args(pod),
         })
         .collect())
+}
+
+/// The controller container's arguments (the chart names it `controller`; else the pod's only container).
+fn controller_args(pod: &Pod) -> Vec<String> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let container =
+        containers.iter().find(|c| c.name == "controller").or(containers.first().filter(|_| containers.len() == 1));
+    container.and_then(|c| c.args.clone()).unwrap_or_default()
 }
 
 /// Controller pods and who holds their Leases.

@@ -80,6 +80,45 @@ pub struct Scenario {
     pub settings: Settings,
 }
 
+/// The controller's arguments for `settings`, spelled as the chart writes them: what `doctor` reads from a
+/// controller pod to judge with the controller's own settings.
+pub fn controller_args(settings: &Settings) -> Vec<String> {
+    use local_registry_publisher::settings::NodeAddress;
+    let mut args = vec![format!("--registry-selector={}", settings.registry_selector)];
+    if !settings.builtin_registries {
+        args.push("--no-builtin-registries".into());
+    }
+    if !settings.watch_namespaces.is_empty() {
+        args.push(format!("--watch-namespaces={}", settings.watch_namespaces.join(",")));
+    }
+    if !settings.allowed_namespaces.is_empty() {
+        args.push(format!("--allowed-namespaces={}", settings.allowed_namespaces.join(",")));
+    }
+    let node_address = match &settings.node_address {
+        NodeAddress::Localhost => "localhost",
+        NodeAddress::InternalIp => "internal-ip",
+        NodeAddress::Literal(address) => address,
+    };
+    args.extend([
+        format!("--configmap-namespace={}", settings.configmap_namespace),
+        format!("--configmap-name={}", settings.configmap_name),
+        format!("--cluster-domain={}", settings.cluster_domain),
+        format!("--node-address={node_address}"),
+        format!("--grace-period={}ms", settings.grace_period.as_millis()),
+    ]);
+    args.extend(settings.help_url.iter().map(|url| format!("--help-url={url}")));
+    if settings.take_over {
+        args.push("--take-over".into());
+    }
+    if let Some(pull) = &settings.pull_secrets {
+        args.extend(["--pull-secrets".into(), format!("--pull-secret-name={}", pull.name)]);
+        if !pull.service_accounts.is_empty() {
+            args.push(format!("--pull-secret-service-accounts={}", pull.service_accounts.join(",")));
+        }
+    }
+    args
+}
+
 impl Scenario {
     /// A fresh namespace and settings scoped to it, with a short grace period and no built-in recognition.
     pub async fn new(prefix: &str) -> Self {
@@ -118,7 +157,8 @@ impl Scenario {
             "metadata": {"name": name, "labels": {
                 "app.kubernetes.io/part-of": "local-registry-publisher",
                 "app.kubernetes.io/component": "controller"}},
-            "spec": {"containers": [{"name": "controller", "image": "local-registry-publisher:test"}]}
+            "spec": {"containers": [{"name": "controller", "image": "local-registry-publisher:test",
+                "args": controller_args(&self.settings)}]}
         }))
         .await;
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), &self.ns);
