@@ -55,6 +55,14 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     let mut registries = registry::registries(&cluster, settings);
     for registry in &mut registries.allowed {
         registry.ready = true;
+        if let Some(node_port) = needs_node_ip(registry, settings) {
+            shout!(
+                "error: {}: host would be <the node's InternalIP>:{node_port}, and offline there is no node to read \
+                 it from: pass the address itself, for example --node-address 192.168.49.2",
+                registry.id
+            );
+            return ExitCode::from(EXIT_INVALID);
+        }
         if let Err(problem) = &registry.document {
             shout!("{}: {} ({})", registry.id, problem.message, problem.fault.as_str());
         }
@@ -124,6 +132,17 @@ pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str
     };
     say!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
     ExitCode::SUCCESS
+}
+
+/// The node port whose published host needs a node's InternalIP, when nothing else (a load balancer, an annotation)
+/// gives the host: offline that address does not exist, and dropping `host` silently would mislead.
+fn needs_node_ip(registry: &registry::Registry, settings: &Settings) -> Option<i32> {
+    let host_missing = registry.document.as_ref().is_ok_and(|d| d.host.is_none());
+    if !host_missing || !registry::needs_node_address(&registry.origin, settings) {
+        return None;
+    }
+    let ports = registry.service.spec.as_ref()?.ports.as_ref()?;
+    ports.iter().find_map(|p| p.node_port)
 }
 
 fn read_input(input: &str) -> std::io::Result<String> {

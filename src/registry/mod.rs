@@ -18,6 +18,7 @@ use crate::hosting::LocalRegistryHostingV1;
 use crate::hosting::configmap::Stored;
 use crate::settings::Settings;
 use crate::watching::{WatchKey, one_of};
+pub use values::needs_node_address;
 pub use watched::{Cluster, Interest};
 
 /// minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort.

@@ -236,7 +236,8 @@ fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterato
     })
 }
 
-pub(super) fn needs_node_address(origin: &Origin, settings: &Settings) -> bool {
+/// Whether tools outside reach this registry's node port through the node's InternalIP, which only a cluster knows.
+pub fn needs_node_address(origin: &Origin, settings: &Settings) -> bool {
     *origin == Origin::Minikube || settings.node_address == NodeAddress::InternalIp
 }
 
