@@ -277,9 +277,13 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let nothing = doctor(&s);
     assert_eq!(nothing.0, Some(3), "{}", nothing.1);
     let registry = LocalRegistry::start();
-    let run = s.start_in_pod().await;
     let host = format!("127.0.0.1:{}", registry.port);
     s.apply(registry_at(&host)).await;
+    // No controller runs yet: the registry is what one would publish, not what is published.
+    let (_, text) = doctor(&s);
+    let unkept = format!("): would be published (no running controller pod found for {}/", s.ns);
+    assert!(text.contains(&unkept) && !text.contains("): published"), "{text}");
+    let run = s.start_in_pod().await;
     s.wait_host(&host).await;
     // The Event follows the write; doctor reports the last one.
     s.wait_event("zot", "Published").await;

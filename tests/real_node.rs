@@ -282,6 +282,19 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
         left.expect("list").items.iter().all(|p| p.metadata.deletion_timestamp.is_some()),
         "the probe pod is removed"
     );
+    // A probe image the node cannot pull: doctor says the kubelet's reason, not just that the pod is Pending.
+    let missing = Command::new(support::binary::BINARY)
+        .args(["doctor", &kubeconfig, "--from-cluster", "--image=testbed.local/no-such-image:1"])
+        .args(&settings)
+        .output()
+        .expect("run doctor");
+    let report = String::from_utf8_lossy(&missing.stdout);
+    assert_eq!(missing.status.code(), Some(4), "{report}");
+    assert!(
+        report.contains("the probe pod could not run: ErrImagePull: ")
+            || report.contains("the probe pod could not run: ImagePullBackOff: "),
+        "{report}"
+    );
     ok(tool("helm", &["uninstall", "nodeport", "-n", &ns, "--wait", "--timeout", "180s"]));
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

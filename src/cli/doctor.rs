@@ -22,7 +22,7 @@ use super::{EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, published_status, read
 use crate::controller::{publisher, pull as pull_task};
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::keys;
-use crate::publish::{self, Action, Memory, Published, Reason};
+use crate::publish::{self, Action, Memory, Published};
 use crate::settings::{PullSecrets, Settings};
 use crate::{pull, registry};
 
@@ -41,7 +41,7 @@ pub struct FromCluster {
 pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
     let target = flags.target();
     let pods = controller_pods(&client).await;
-    let (settings, source) = effective_settings(flags, &pods);
+    let (settings, source, kept) = effective_settings(flags, &pods);
     let settings = &settings;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &settings.configmap_namespace);
     let configmap = match configmaps.get_opt(&settings.configmap_name).await {
@@ -121,10 +121,15 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             if registry.ready { "ready" } else { "not ready" }
         );
         let notices = said(&registry.id);
-        let verdict = if notices.iter().any(|n| n.reason == Reason::Published) {
-            "published".to_string()
-        } else {
-            notices.iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ")
+        let now = decision.published_now.as_ref().is_some_and(|p| p.registry == registry.id);
+        let next = decision.published.as_ref().is_some_and(|p| p.registry == registry.id);
+        let verdict = match (now, next, kept) {
+            (true, true, true) => "published".to_string(),
+            // Without a controller the ConfigMap is nobody's to keep current.
+            (true, true, false) => format!("published, but no running controller pod keeps {target} current"),
+            (_, true, true) => "to be published: the controller has not written it yet".to_string(),
+            (_, true, false) => format!("would be published (no running controller pod found for {target})"),
+            _ => notices.iter().map(|n| &*n.message).collect::<Vec<_>>().join("; "),
         };
         say!("  {} ({state}): {verdict}", registry.id);
         let (verified, claimed) = last_event(&events, &registry.id, &running);
@@ -290,12 +295,13 @@ struct ControllerPod {
 }
 
 /// The settings of the first running controller pod (by namespace and name) that publishes `flags`' ConfigMap,
-/// parsed from its container's arguments as the controller parsed them; else `flags`. With where they came from.
-fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -> (Settings, String) {
+/// parsed from its container's arguments as the controller parsed them; else `flags`. With where they came from,
+/// and whether such a controller runs.
+fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -> (Settings, String, bool) {
     use clap::Parser;
-    let own = || (flags.clone(), "this command's flags".to_string());
     let Ok(pods) = pods else {
-        return (flags.clone(), "this command's flags (controller pods cannot be listed with this identity)".into());
+        let source = "this command's flags (controller pods cannot be listed with this identity)";
+        return (flags.clone(), source.into(), false);
     };
     let mut running: Vec<&ControllerPod> = pods.iter().filter(|p| p.phase == "Running").collect();
     running.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -304,11 +310,11 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
         let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
         let settings = parsed.publish.settings();
         if parsed.command.is_none() && settings.target() == flags.target() {
-            return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name));
+            return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name), true);
         }
     }
-    let (settings, source) = own();
-    (settings, format!("{source} (no running controller pod publishes {})", flags.target()))
+    let source = format!("this command's flags (no running controller pod publishes {})", flags.target());
+    (flags.clone(), source, false)
 }
 
 /// The controller pods; `Err` when this identity may not list pods.
@@ -388,26 +394,50 @@ async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> b
         }
     };
     say!("  probing {address} from pod {}/{name} (image {})...", from.namespace, from.image);
-    let finished = |pod: Option<&Pod>| {
+    // Finished, or stuck where waiting longer cannot help (its image cannot be pulled, its spec is refused).
+    let settled = |pod: Option<&Pod>| {
         let phase = pod.and_then(|p| p.status.as_ref()?.phase.as_deref());
-        matches!(phase, Some("Succeeded" | "Failed"))
+        matches!(phase, Some("Succeeded" | "Failed")) || pod.and_then(stuck).is_some()
     };
-    let ended = tokio::time::timeout(CLUSTER_TIMEOUT, await_condition(pods.clone(), &name, finished)).await;
-    let phase = match ended {
-        Ok(Ok(Some(pod))) => pod.status.and_then(|s| s.phase).unwrap_or_default(),
+    let ended = tokio::time::timeout(CLUSTER_TIMEOUT, await_condition(pods.clone(), &name, settled)).await;
+    let pod = match ended {
+        Ok(Ok(Some(pod))) => Some(pod),
         // Timed out or lost: say where it got to.
-        _ => pods.get_opt(&name).await.ok().flatten().and_then(|p| p.status?.phase).unwrap_or_default(),
+        _ => pods.get_opt(&name).await.ok().flatten(),
     };
+    let phase = pod.as_ref().and_then(|p| p.status.as_ref()?.phase.clone()).unwrap_or_default();
     let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
     let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
-    match phase.as_str() {
-        "Succeeded" | "Failed" => {
+    match (phase.as_str(), pod.as_ref().and_then(stuck).or_else(|| pod.as_ref().and_then(waiting))) {
+        ("Succeeded" | "Failed", _) => {
             say!("  {}", logs.trim());
             phase == "Succeeded"
         }
-        other => {
+        (_, Some(why)) => {
+            say!("  the probe pod could not run: {why}; it was removed");
+            false
+        }
+        (other, None) => {
             say!("  the probe pod did not finish within {CLUSTER_TIMEOUT:?} (phase {other:?}); it was removed");
             false
         }
     }
+}
+
+/// Why the pod's container waits, as the kubelet says it ("reason: message").
+fn waiting(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let waiting = statuses.first()?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref().unwrap_or("Waiting");
+    Some(match waiting.message.as_deref() {
+        Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+        _ => reason.to_string(),
+    })
+}
+
+/// The waiting reason when it is one that waiting longer does not cure.
+fn stuck(pod: &Pod) -> Option<String> {
+    const HOPELESS: [&str; 5] =
+        ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"];
+    waiting(pod).filter(|why| HOPELESS.iter().any(|r| why.split(':').next() == Some(r)))
 }
