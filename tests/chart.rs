@@ -211,12 +211,13 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("registry.builtin=maybe", "/registry/builtin"),
         ("replicaCount=3", "leaderElection.enabled"),
         ("registry.nodeAddress=aaaa", "/registry/nodeAddress"),
-        ("registry.nodeAddress=0.0.0.0", "/registry/nodeAddress"),
-        ("registry.nodeAddress=::", "/registry/nodeAddress"),
-        ("registry.nodeAddress=fe80::1", "/registry/nodeAddress"),
-        ("registry.nodeAddress=255.255.255.255", "/registry/nodeAddress"),
-        ("registry.nodeAddress=010.0.0.1", "/registry/nodeAddress"),
-        ("registry.nodeAddress=256.1.1.1", "/registry/nodeAddress"),
+        // Said in words, not as a schema's "'not' failed".
+        ("registry.nodeAddress=0.0.0.0", "registry.nodeAddress \"0.0.0.0\": nothing can connect to it"),
+        ("registry.nodeAddress=::", "registry.nodeAddress \"::\": nothing can connect to it"),
+        ("registry.nodeAddress=fe80::1", "registry.nodeAddress \"fe80::1\": a link-local IPv6 address"),
+        ("registry.nodeAddress=255.255.255.255", "registry.nodeAddress \"255.255.255.255\": nothing can connect"),
+        ("registry.nodeAddress=010.0.0.1", "registry.nodeAddress \"010.0.0.1\": all digits but no canonical IPv4"),
+        ("registry.nodeAddress=256.1.1.1", "registry.nodeAddress \"256.1.1.1\": all digits but no canonical IPv4"),
     ] {
         let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
         let stderr = String::from_utf8_lossy(&output.stderr);
