@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Args, Command, LogFormat, OperationArgs};
+use crate::config::{Args, ClusterArgs, Command, LogArgs, LogFormat, OperationArgs};
 use crate::controller::{Context, Controller};
 use crate::health::Health;
 use crate::http;
@@ -33,11 +33,20 @@ pub enum Error {
 }
 
 pub async fn run(args: Args) -> ExitCode {
-    init_logging(&args);
-    let settings = args.publish.settings();
+    // Each command takes only the flags it uses; the defaults stand in for the rest.
+    let default_log = LogArgs::default();
+    let log = match &args.command {
+        None => &args.log,
+        Some(Command::Withdraw { log, .. }) => log,
+        Some(_) => &default_log,
+    };
+    init_logging(log);
     match &args.command {
-        Some(Command::Withdraw { stop_deployment }) => {
-            return match client(&args).await {
+        Some(Command::Withdraw { cluster, target, pull, stop_deployment, .. }) => {
+            let mut settings = Settings::default();
+            target.apply(&mut settings);
+            pull.apply(&mut settings);
+            return match client(cluster).await {
                 Ok(client) => withdraw(client, &settings, stop_deployment.as_deref()).await,
                 Err(error) => {
                     error!("{error}");
@@ -45,7 +54,13 @@ pub async fn run(args: Args) -> ExitCode {
                 }
             };
         }
-        Some(Command::Render { filename }) => return crate::cli::render(filename, &settings),
+        Some(Command::Render { source, target, values, filename }) => {
+            let mut settings = Settings::default();
+            source.apply(&mut settings);
+            target.apply(&mut settings);
+            values.apply(&mut settings);
+            return crate::cli::render(filename, &settings);
+        }
         Some(Command::RenderPullSecret { servers, username, name, namespace }) => {
             return crate::cli::render_pull_secret(servers, username.as_deref(), name, namespace.as_deref());
         }
@@ -54,22 +69,25 @@ pub async fn run(args: Args) -> ExitCode {
             println!("{address}: {}", result.summary);
             return if result.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }
-        Some(Command::Doctor { from_cluster, image, probe_namespace }) => {
+        Some(Command::Doctor { cluster, publish, from_cluster, image, probe_namespace }) => {
             let from = from_cluster
                 .then(|| crate::cli::doctor::FromCluster { image: image.clone(), namespace: probe_namespace.clone() });
-            return match client(&args).await {
-                Ok(client) => crate::cli::doctor::doctor(client, &settings, from).await,
+            return match client(cluster).await {
+                Ok(client) => crate::cli::doctor::doctor(client, &publish.settings(), from).await,
                 Err(error) => unreachable_cluster(&error),
             };
         }
-        Some(Command::Get { output }) => {
-            return match client(&args).await {
+        Some(Command::Get { cluster, target, output }) => {
+            let mut settings = Settings::default();
+            target.apply(&mut settings);
+            return match client(cluster).await {
                 Ok(client) => crate::cli::get(client, &settings, *output).await,
                 Err(error) => unreachable_cluster(&error),
             };
         }
         None => {}
     }
+    let settings = args.publish.settings();
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -77,7 +95,7 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = match client(&args).await {
+    let client = match client(&args.cluster).await {
         Ok(client) => client,
         Err(error) => {
             error!("{error}");
@@ -164,7 +182,7 @@ fn random_suffix() -> String {
     format!("{:08x}", hasher.finish() as u32)
 }
 
-fn init_logging(args: &Args) {
+fn init_logging(args: &LogArgs) {
     use std::io::IsTerminal;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&args.log_level));
     let builder = tracing_subscriber::fmt()
@@ -177,7 +195,7 @@ fn init_logging(args: &Args) {
     }
 }
 
-async fn client(args: &Args) -> Result<Client, Error> {
+async fn client(args: &ClusterArgs) -> Result<Client, Error> {
     let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, &options).await?,

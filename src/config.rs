@@ -17,6 +17,8 @@ pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
 #[command(
     name = "local-registry-publisher",
     version,
+    // The controller's flags go with no command; a command takes only its own, after its name.
+    args_conflicts_with_subcommands = true,
     about = "Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster.",
     long_about = "Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster.\n\n\
         Label the registry's Service (or the Deployment, StatefulSet or DaemonSet behind it) with\n\
@@ -38,21 +40,41 @@ pub struct Args {
     #[command(flatten)]
     pub operation: OperationArgs,
 
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Which cluster to talk to.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ClusterArgs {
     /// Path to a kubeconfig; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account is used.
-    #[arg(long, global = true, env = "LRP_KUBECONFIG", value_name = "PATH")]
+    #[arg(long, env = "LRP_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
 
     /// Kubeconfig context to use instead of the current one.
-    #[arg(long, global = true, env = "LRP_CONTEXT")]
+    #[arg(long, env = "LRP_CONTEXT")]
     pub context: Option<String>,
+}
 
+/// How the process logs.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LogArgs {
     /// Log format.
-    #[arg(long, global = true, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "LRP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
     /// Log level or tracing filter (error, warn, info, debug, trace, or e.g. "info,kube=debug"); RUST_LOG wins.
-    #[arg(long, global = true, env = "LRP_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
+    #[arg(long, env = "LRP_LOG_LEVEL", default_value = "info", value_parser = parse_log_filter)]
     pub log_level: String,
+}
+
+impl Default for LogArgs {
+    fn default() -> Self {
+        Self { log_format: LogFormat::Text, log_level: "info".into() }
+    }
 }
 
 /// Commands for the people who use the registry (see `cli`). As a kubectl plugin: `kubectl registry-hosting get`.
@@ -62,6 +84,10 @@ pub enum Command {
     /// line-based readers) will use. Exit status: 0 every reader accepts it; 3 nothing is published; 4 a reader
     /// rejects or misreads it; 5 the cluster could not be read.
     Get {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        target: TargetArgs,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t = OutputFormat::Text)]
         output: OutputFormat,
@@ -70,6 +96,11 @@ pub enum Command {
     /// HTTP), list every registry candidate with why it is or is not published, say whether the ConfigMap is ours,
     /// foreign or stale, and which controller pods run and lead. Exit status as for get, 4 when anything is wrong.
     Doctor {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// The ConfigMap to check, and the settings to judge it with when no running controller publishes it.
+        #[command(flatten)]
+        publish: PublishArgs,
         /// Also probe hostFromClusterNetwork from a short-lived pod running IMAGE (this program), then remove it.
         #[arg(long)]
         from_cluster: bool,
@@ -88,6 +119,14 @@ pub enum Command {
     /// exit: what the chart's uninstall hook runs, so readers are not left with a stale registry. Exit status 0
     /// when nothing of ours is left, 1 when the cluster refused.
     Withdraw {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        pull: PullSecretArgs,
+        #[command(flatten)]
+        log: LogArgs,
         /// First scale this Deployment (in POD_NAMESPACE) to zero and wait until its pods have exited, so the
         /// controller it runs cannot publish again after the withdrawal. The chart's hook names its own.
         #[arg(long, value_name = "NAME", value_parser = parse_dns_subdomain)]
@@ -97,6 +136,12 @@ pub enum Command {
     /// cluster: every Service counts as ready and allowed; the controller's flags apply. Exit status: 0 printed;
     /// 3 no registry Service in the input; 4 a registry has a problem (said on stderr).
     Render {
+        #[command(flatten)]
+        source: SourceArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        values: ValueArgs,
         /// A YAML file of Services (several documents allowed; other kinds are skipped).
         #[arg(short = 'f', long = "filename", value_name = "FILE")]
         filename: String,
@@ -128,77 +173,114 @@ pub enum OutputFormat {
     Yaml,
 }
 
-/// What to publish and where: the flags behind [`Settings`].
+/// What to publish and where: the flags behind [`Settings`], in groups so each command takes only those it uses.
 #[derive(Clone, Debug, clap::Args)]
 pub struct PublishArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub values: ValueArgs,
+    #[command(flatten)]
+    pub change: ChangeArgs,
+    #[command(flatten)]
+    pub pull: PullSecretArgs,
+}
+
+/// Which Services are registries.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SourceArgs {
     /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
     /// registry Service selects.
-    #[arg(long, global = true, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
+    #[arg(long, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
     pub registry_selector: Selector,
 
     /// Do not recognise minikube's registry addon (kube-system/registry) or MicroK8s's
     /// (container-registry/registry) unless they carry the selector's label.
-    #[arg(long, global = true, env = "LRP_NO_BUILTIN_REGISTRIES")]
+    #[arg(long, env = "LRP_NO_BUILTIN_REGISTRIES")]
     pub no_builtin_registries: bool,
+}
 
+/// Where registries are looked for, and which namespaces may name the cluster's registry.
+#[derive(Clone, Debug, clap::Args)]
+pub struct TrustArgs {
     /// Namespaces to watch for registries, comma-separated; all namespaces when empty. Namespaces named here are
     /// allowed to name the cluster's registry.
-    #[arg(long, global = true, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    #[arg(long, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub watch_namespaces: Vec<String>,
 
     /// Namespaces allowed to name the cluster's registry, comma-separated, besides those a cluster admin labelled
     /// local-registry-publisher.io/registries=allowed. A registry Service anywhere else is ignored with a Warning
     /// Event, because anyone who may create a Service there could otherwise redirect every push in the cluster.
-    #[arg(long, alias = "registry-namespaces", global = true, env = "LRP_ALLOWED_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    #[arg(long, alias = "registry-namespaces", env = "LRP_ALLOWED_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
     pub allowed_namespaces: Vec<String>,
+}
 
+/// The published ConfigMap.
+#[derive(Clone, Debug, clap::Args)]
+pub struct TargetArgs {
     /// Namespace of the published ConfigMap.
-    #[arg(long, global = true, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
+    #[arg(long, env = "LRP_CONFIGMAP_NAMESPACE", default_value = "kube-public", value_parser = parse_namespace)]
     pub configmap_namespace: String,
 
     /// Name of the published ConfigMap.
-    #[arg(long, global = true, env = "LRP_CONFIGMAP_NAME", default_value = "local-registry-hosting", value_parser = parse_dns_subdomain)]
+    #[arg(long, env = "LRP_CONFIGMAP_NAME", default_value = "local-registry-hosting", value_parser = parse_dns_subdomain)]
     pub configmap_name: String,
+}
 
+/// How the published values are derived.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ValueArgs {
     /// Cluster DNS domain used in hostFromClusterNetwork.
-    #[arg(long, global = true, env = "LRP_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = parse_cluster_domain)]
+    #[arg(long, env = "LRP_CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = parse_cluster_domain)]
     pub cluster_domain: String,
 
     /// How tools outside the cluster reach a node's hostPort or nodePort: "localhost" (MicroK8s, k3s, Docker
     /// Desktop, kind with port mappings), "internal-ip" (the node's InternalIP: minikube, VMs), or an IP
     /// address or dotted host name.
-    #[arg(long, global = true, env = "LRP_NODE_ADDRESS", default_value = "localhost", value_parser = parse_node_address)]
+    #[arg(long, env = "LRP_NODE_ADDRESS", default_value = "localhost", value_parser = parse_node_address)]
     pub node_address: NodeAddress,
 
     /// Help URL published with the registry, and alone while no registry is usable (unless the registry
     /// Service has its own local-registry-publisher.io/help annotation).
-    #[arg(long, global = true, env = "LRP_HELP_URL", value_parser = parse_help_url)]
+    #[arg(long, env = "LRP_HELP_URL", value_parser = parse_help_url)]
     pub help_url: Option<String>,
+}
 
+/// When the controller changes what is published.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ChangeArgs {
     /// How long a published registry may have no ready endpoint before it is withdrawn, so a rolling restart
     /// does not flap the ConfigMap.
-    #[arg(long, global = true, env = "LRP_GRACE_PERIOD", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "LRP_GRACE_PERIOD", default_value = "15s", value_parser = parse_duration)]
     pub grace_period: Duration,
 
     /// Overwrite a ConfigMap that another tool (kind's script, k3d, ctlptl, a human) created.
-    #[arg(long, global = true, env = "LRP_TAKE_OVER")]
+    #[arg(long, env = "LRP_TAKE_OVER")]
     pub take_over: bool,
+}
 
+/// Pull credentials (docs/pull-secrets.md).
+#[derive(Clone, Debug, clap::Args)]
+pub struct PullSecretArgs {
     /// Distribute the published registry's pull credentials: when its Service names a Secret in its namespace with
     /// the local-registry-publisher.io/pull-secret annotation, write a kubernetes.io/dockerconfigjson Secret with an
     /// entry per published address into every namespace a cluster admin labelled
     /// local-registry-publisher.io/pull-secret-wanted=true (never kube-public). Off by default: without it no Secret
     /// is read or written. See docs/pull-secrets.md.
-    #[arg(long, global = true, env = "LRP_PULL_SECRETS")]
+    #[arg(long, env = "LRP_PULL_SECRETS")]
     pub pull_secrets: bool,
 
     /// Name of the pull Secret written in each opted-in namespace.
-    #[arg(long, global = true, env = "LRP_PULL_SECRET_NAME", default_value = "local-registry-pull", value_parser = parse_dns_subdomain)]
+    #[arg(long, env = "LRP_PULL_SECRET_NAME", default_value = "local-registry-pull", value_parser = parse_dns_subdomain)]
     pub pull_secret_name: String,
 
     /// ServiceAccounts in each opted-in namespace whose imagePullSecrets get the pull Secret, comma-separated (e.g.
     /// "default"). Entries others put there stay; only the entry this controller added is ever removed.
-    #[arg(long, global = true, env = "LRP_PULL_SECRET_SERVICE_ACCOUNTS", value_delimiter = ',', requires = "pull_secrets", value_parser = parse_dns_subdomain)]
+    #[arg(long, env = "LRP_PULL_SECRET_SERVICE_ACCOUNTS", value_delimiter = ',', requires = "pull_secrets", value_parser = parse_dns_subdomain)]
     pub pull_secret_service_accounts: Vec<String>,
 }
 
@@ -247,23 +329,47 @@ pub enum LogFormat {
 impl PublishArgs {
     /// The core's settings from the (already validated) flags.
     pub fn settings(&self) -> Settings {
-        Settings {
-            registry_selector: self.registry_selector.clone(),
-            builtin_registries: !self.no_builtin_registries,
-            watch_namespaces: self.watch_namespaces.clone(),
-            allowed_namespaces: self.allowed_namespaces.clone(),
-            configmap_namespace: self.configmap_namespace.clone(),
-            configmap_name: self.configmap_name.clone(),
-            cluster_domain: self.cluster_domain.clone(),
-            node_address: self.node_address.clone(),
-            help_url: self.help_url.clone(),
-            grace_period: self.grace_period,
-            take_over: self.take_over,
-            pull_secrets: self.pull_secrets.then(|| crate::settings::PullSecrets {
-                name: self.pull_secret_name.clone(),
-                service_accounts: self.pull_secret_service_accounts.clone(),
-            }),
-        }
+        let mut settings = Settings::default();
+        self.source.apply(&mut settings);
+        self.target.apply(&mut settings);
+        self.values.apply(&mut settings);
+        self.pull.apply(&mut settings);
+        settings.watch_namespaces = self.trust.watch_namespaces.clone();
+        settings.allowed_namespaces = self.trust.allowed_namespaces.clone();
+        settings.grace_period = self.change.grace_period;
+        settings.take_over = self.change.take_over;
+        settings
+    }
+}
+
+impl SourceArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.registry_selector = self.registry_selector.clone();
+        settings.builtin_registries = !self.no_builtin_registries;
+    }
+}
+
+impl TargetArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.configmap_namespace = self.configmap_namespace.clone();
+        settings.configmap_name = self.configmap_name.clone();
+    }
+}
+
+impl ValueArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.cluster_domain = self.cluster_domain.clone();
+        settings.node_address = self.node_address.clone();
+        settings.help_url = self.help_url.clone();
+    }
+}
+
+impl PullSecretArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.pull_secrets = self.pull_secrets.then(|| crate::settings::PullSecrets {
+            name: self.pull_secret_name.clone(),
+            service_accounts: self.pull_secret_service_accounts.clone(),
+        });
     }
 }
 
@@ -455,7 +561,7 @@ mod tests {
         assert_eq!(args.watch_namespaces, ["a", "b"]);
         assert_eq!(args.grace_period, Duration::from_secs(90));
         assert_eq!(
-            parse(&["--node-address=192.168.49.2"]).unwrap().publish.node_address,
+            parse(&["--node-address=192.168.49.2"]).unwrap().publish.values.node_address,
             NodeAddress::Literal("192.168.49.2".into())
         );
     }
@@ -507,11 +613,36 @@ mod tests {
         let hook = ["withdraw", "--stop-deployment=lrp", "--configmap-namespace=kube-public"];
         let args =
             parse(&[&hook[..], &["--configmap-name=local-registry-hosting", "--log-format=json"]].concat()).unwrap();
-        assert_eq!(args.log_format, LogFormat::Json);
-        assert_eq!(args.publish.configmap_namespace, "kube-public");
-        let command = parse(&["withdraw", "--stop-deployment=lrp"]).unwrap().command;
-        assert!(matches!(command, Some(Command::Withdraw { stop_deployment: Some(name) }) if name == "lrp"));
+        let Some(Command::Withdraw { log, target, stop_deployment, .. }) = args.command else { panic!("withdraw") };
+        assert_eq!(log.log_format, LogFormat::Json);
+        assert_eq!((target.configmap_namespace.as_str(), stop_deployment.as_deref()), ("kube-public", Some("lrp")));
         assert_eq!(parse(&["--stop-deployment=lrp"]).unwrap_err().exit_code(), 2, "only the command takes it");
+    }
+
+    #[test]
+    fn each_command_takes_only_the_flags_it_uses_after_its_name() {
+        for (args, refused) in [
+            (&["get", "--take-over"][..], "--take-over"),
+            (&["get", "--registry-selector=a=b"][..], "--registry-selector"),
+            (&["render", "-f", "-", "--kubeconfig=k"][..], "--kubeconfig"),
+            (&["render", "-f", "-", "--pull-secrets"][..], "--pull-secrets"),
+            (&["render-pull-secret", "--server=localhost:5001", "--configmap-name=x"][..], "--configmap-name"),
+            (&["withdraw", "--node-address=internal-ip"][..], "--node-address"),
+            (&["probe", "localhost:5000", "--kubeconfig=k"][..], "--kubeconfig"),
+            // A flag before the command is the controller's, not the command's: said, not silently dropped.
+            (&["--kubeconfig=k", "get"][..], "--kubeconfig"),
+        ] {
+            let error = parse(args).expect_err(refused);
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+            assert!(error.to_string().contains(refused), "{args:?}: {error}");
+        }
+        let get = parse(&["get", "--kubeconfig=k", "--context=c", "--configmap-namespace=ns", "-o", "json"]).unwrap();
+        let Some(Command::Get { cluster, target, output }) = get.command else { panic!("get") };
+        assert_eq!((cluster.kubeconfig, cluster.context.as_deref()), (Some("k".into()), Some("c")));
+        assert_eq!((target.configmap_namespace.as_str(), output), ("ns", OutputFormat::Json));
+        let render = parse(&["render", "-f", "-", "--node-address=10.0.0.1", "--no-builtin-registries"]).unwrap();
+        assert!(matches!(render.command, Some(Command::Render { values, source, .. })
+            if values.node_address == NodeAddress::Literal("10.0.0.1".into()) && source.no_builtin_registries));
     }
 
     #[test]

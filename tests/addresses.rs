@@ -83,6 +83,7 @@ async fn an_ipv6_node_address_flag_is_published_in_brackets() {
     s.settings.node_address = <local_registry_publisher::config::Args as clap::Parser>::try_parse_from(args)
         .expect("an IPv6 literal is a valid node address")
         .publish
+        .values
         .node_address;
     let _run = s.start();
     s.apply(typed("zot", "NodePort", json!({}))).await;

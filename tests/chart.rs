@@ -475,7 +475,7 @@ async fn withdraw_as_the_charts_identity_removes_only_what_the_controller_wrote(
     let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
     let withdraw = || {
         let mut command = std::process::Command::new(support::binary::BINARY);
-        command.arg(format!("--kubeconfig={}", kubeconfig.display())).arg("withdraw");
+        command.arg("withdraw").arg(format!("--kubeconfig={}", kubeconfig.display()));
         command.output().expect("run withdraw")
     };
     // Ours goes.
