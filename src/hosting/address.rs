@@ -54,10 +54,6 @@ impl Host {
             None => self.to_string(),
         }
     }
-
-    pub fn is_ip(&self) -> bool {
-        !matches!(self, Host::Name(_))
-    }
 }
 
 /// Checks a value against the grammar above, exactly as written: no normalisation. The error says which rule.
@@ -224,6 +220,15 @@ mod tests {
         }
         let long = format!("[{}]:5000", "a:".repeat(5000));
         assert!(check(&long).unwrap_err().contains("characters long"));
+        // The longest DNS name (253 characters) with the longest port fits; one character more does not.
+        let label = "a".repeat(63);
+        let longest = format!("{label}.{label}.{label}.{}:65535", "a".repeat(61));
+        assert_eq!((longest.len(), check(&longest).is_ok()), (MAX_LEN, true));
+        let over = format!("a{longest}");
+        assert_eq!(
+            check(&over).unwrap_err(),
+            format!("is {} characters long; a host and port fit in 259", MAX_LEN + 1)
+        );
     }
 
     #[test]

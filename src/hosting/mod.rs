@@ -196,13 +196,14 @@ impl fmt::Display for LocalRegistryHostingV1 {
 /// `name[:port]` as container tools parse an image reference's registry part (see [`address`]), plus what readers
 /// make of names: a bare one is a Docker Hub namespace.
 fn validate_host(value: &str) -> Result<(), String> {
-    let host = address::check(value)?;
+    address::check(value)?;
     let name = value.split(':').next().unwrap_or_default();
     if name == "unknown" {
         return Err("\"unknown\" is a placeholder, not a host".into());
     }
     // Docker normalises a first path component without a dot or a port, other than localhost, to docker.io/<it>.
-    if !host.is_ip() && !value.contains(':') && !name.contains('.') && name != "localhost" {
+    // (An IP address always has a dot or a colon, so only names get here.)
+    if !value.contains(':') && !name.contains('.') && name != "localhost" {
         return Err(format!(
             "a bare name like {name:?} is read as a Docker Hub namespace: add a port, use a dotted name, or localhost"
         ));
@@ -342,9 +343,29 @@ mod tests {
     }
 
     #[test]
+    fn a_help_only_document_has_help_alone_and_an_empty_one_says_so() {
+        let help = LocalRegistryHostingV1::help_only("https://x.dev/".into());
+        assert_eq!(help, doc("", "", "", "https://x.dev/"));
+        assert!(!help.is_empty());
+        assert!(LocalRegistryHostingV1::default().is_empty());
+        assert!(!doc("localhost:5001", "", "", "").is_empty());
+        // How it reads in Events and logs.
+        assert_eq!(help.to_string(), "help=https://x.dev/");
+        assert_eq!(
+            doc("localhost:5001", "", "r.ns.svc:5000", "").to_string(),
+            "host=localhost:5001 hostFromClusterNetwork=r.ns.svc:5000"
+        );
+        assert_eq!(LocalRegistryHostingV1::default().to_string(), "(empty)");
+    }
+
+    #[test]
     fn help_must_be_an_absolute_http_url() {
         assert_eq!(validate_help("https://kind.sigs.k8s.io/docs/user/local-registry/"), Ok(()));
         assert_eq!(validate_help("http://wiki.example/registry?x=1"), Ok(()));
+        // At most MAX_HELP_LEN characters: the longest is published, one more is not.
+        let longest = format!("https://x.dev/{}", "a".repeat(MAX_HELP_LEN - "https://x.dev/".len()));
+        assert_eq!((longest.len(), validate_help(&longest)), (MAX_HELP_LEN, Ok(())));
+        assert!(validate_help(&format!("{longest}a")).unwrap_err().contains("at most 2048"));
         let long = format!("https://x.dev/{}", "a".repeat(10_000));
         for bad in [
             "kind.sigs.k8s.io",

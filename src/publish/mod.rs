@@ -250,7 +250,8 @@ pub fn decide(input: &Input) -> Decision {
     if let Some(Registry { document: Ok(wanted), reference, .. }) = winner {
         let told = || Notice::new(reference, Reason::Published, format!("published to {target}: {wanted}"));
         match &action {
-            Action::Apply { document: Some(_), .. } if writing_for.is_some() => confirmation = Some(told()),
+            // Writing the winner's document: told once the write went through.
+            Action::Apply { document: Some(_), .. } => confirmation = Some(told()),
             Action::Keep if stored.and_then(|s| s.document.as_ref()) == Some(wanted) => notices.push(told()),
             Action::Apply { .. } | Action::Keep | Action::Delete { .. } => {}
         }

@@ -177,6 +177,8 @@ fn a_registry_never_seen_ready_is_not_published_on_credit() {
     assert!(reasons(&decision).contains(&("fresh", Reason::NotPublished)));
     let notice = decision.notices.iter().find(|n| n.reason == Reason::NotPublished).expect("told");
     assert_eq!(&*notice.message, "not published: no ready endpoint");
+    // Its grace is no reason to look again: it could not be published when the grace ends either.
+    assert_eq!(decision.recheck_after, None);
 }
 
 #[test]
