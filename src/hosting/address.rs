@@ -224,6 +224,8 @@ mod tests {
         let label = "a".repeat(63);
         let longest = format!("{label}.{label}.{label}.{}:65535", "a".repeat(61));
         assert_eq!((longest.len(), check(&longest).is_ok()), (MAX_LEN, true));
+        let name_over = format!("a{}", longest.trim_end_matches(":65535"));
+        assert_eq!(check(&name_over).unwrap_err(), "the name is longer than 253 characters");
         let over = format!("a{longest}");
         assert_eq!(
             check(&over).unwrap_err(),

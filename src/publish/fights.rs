@@ -128,6 +128,29 @@ mod tests {
     }
 
     #[test]
+    fn a_correction_counts_for_one_minute_exactly_and_our_last_eight_writes_are_ours() {
+        let start = Instant::now();
+        let mut fights = Fights::default();
+        fights.wrote(Some("1".into()));
+        assert_eq!(fights.before_write(Some("a"), start), Gate::Write);
+        assert_eq!(fights.before_write(Some("b"), start), Gate::Write);
+        // A minute after the first two corrections they no longer count: a third is no fight.
+        assert_eq!(fights.before_write(Some("c"), start + WINDOW), Gate::Write, "the two earlier ones expired");
+        assert_eq!(fights.corrections.len(), 1);
+
+        let mut fights = Fights::default();
+        for rv in 1..=REMEMBERED + 1 {
+            fights.wrote(Some(rv.to_string()));
+        }
+        assert_eq!(fights.ours.len(), REMEMBERED, "only the last {REMEMBERED} are remembered");
+        assert_eq!(fights.before_write(Some(&(REMEMBERED + 1).to_string()), start), Gate::Write);
+        assert_eq!(fights.before_write(Some("2"), start), Gate::Write);
+        assert_eq!(fights.corrections.len(), 0, "the eighth-last write of ours is still ours");
+        assert_eq!(fights.before_write(Some("1"), start), Gate::Write);
+        assert_eq!(fights.corrections.len(), 1, "the one before is forgotten: seen again, it is someone else's");
+    }
+
+    #[test]
     fn retrying_over_the_same_state_is_not_another_correction() {
         let start = Instant::now();
         let mut fights = Fights::default();

@@ -71,3 +71,18 @@ impl Notice {
         self.regarding.namespace.as_deref() == Some(namespace) && self.regarding.name.as_deref() == Some(name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_regards_exactly_its_own_object() {
+        let zot = ObjectReference { namespace: Some("reg".into()), name: Some("zot".into()), ..Default::default() };
+        let notice = Notice::new(&zot, Reason::NotPublished, "not published");
+        assert!(notice.regards("reg", "zot"));
+        for (namespace, name) in [("reg", "other"), ("other", "zot"), ("other", "other")] {
+            assert!(!notice.regards(namespace, name), "{namespace}/{name}");
+        }
+    }
+}
