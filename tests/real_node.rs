@@ -223,18 +223,15 @@ async fn the_chart_runs_hardened_on_a_real_node() {
 #[tokio::test]
 async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed_as_published() {
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
     // Every namespace is watched; the chart's registry.allowedNamespaces is what trusts this one.
-    let ns = plane.namespace(&client, "kep-nodeport").await.expect("namespace");
-    let values = [
-        format!("configMap.namespace={ns}"),
-        "configMap.name=hosting".into(),
-        format!("registry.selector={ISOLATED_LABEL}={ns}"),
-        "registry.builtin=false".into(),
-        format!("registry.allowedNamespaces={{{ns}}}"),
-    ];
-    helm_install("nodeport", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let (client, ns) = release_in_own_namespace("nodeport", "kep-nodeport", |ns| {
+        vec![
+            format!("registry.selector={ISOLATED_LABEL}={ns}"),
+            "registry.builtin=false".into(),
+            format!("registry.allowedNamespaces={{{ns}}}"),
+        ]
+    })
+    .await;
     let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
         "spec": {"selector": {"matchLabels": {"app": "registry"}},
             "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
@@ -301,17 +298,10 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
 
 #[tokio::test]
 async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_and_pulled_as_published() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
     // This release watches kube-system only, so it sees minikube's registry and no other test's.
-    let ns = plane.namespace(&client, "kep-hostport").await.expect("namespace");
-    let values = [
-        format!("configMap.namespace={ns}"),
-        "configMap.name=hosting".into(),
-        "registry.watchNamespaces={kube-system}".into(),
-    ];
-    helm_install("hostport", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let (client, ns) =
+        release_in_own_namespace("hostport", "kep-hostport", |_| vec!["registry.watchNamespaces={kube-system}".into()])
+            .await;
 
     // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000;
     // the machine pushes to the node's address, the runtime pulls from 127.0.0.1.
@@ -337,16 +327,35 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
 /// The label that marks an isolated test's registry, which no other release selects.
 const ISOLATED_LABEL: &str = "testbed.local/isolated-registry";
 
-/// Values for a release that publishes its own ConfigMap in its own namespace from registries with a label of its
-/// own, so tests run side by side with the release that publishes kube-public's.
+/// Values for a release that publishes its own ConfigMap, `hosting`, in `ns`.
+fn own_configmap_values(ns: &str) -> Vec<String> {
+    vec![format!("configMap.namespace={ns}"), "configMap.name=hosting".into()]
+}
+
+/// Values for a release that takes only the registries labelled for `ns`, which no other release selects.
 fn isolated_values(ns: &str) -> Vec<String> {
     vec![
-        format!("configMap.namespace={ns}"),
-        "configMap.name=hosting".into(),
         format!("registry.watchNamespaces={{{ns}}}"),
         format!("registry.selector={ISOLATED_LABEL}={ns}"),
         "registry.builtin=false".into(),
     ]
+}
+
+/// A release named `release` in a fresh namespace (named from `prefix`) that publishes its own ConfigMap there,
+/// `hosting`, so tests run side by side with the release that publishes kube-public's; `values(ns)` adds values.
+async fn release_in_own_namespace(
+    release: &str,
+    prefix: &str,
+    values: impl FnOnce(&str) -> Vec<String>,
+) -> (Client, String) {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, prefix).await.expect("namespace");
+    let mut all = own_configmap_values(&ns);
+    all.extend(values(&ns));
+    helm_install(release, &ns, &all.iter().map(String::as_str).collect::<Vec<_>>());
+    (client, ns)
 }
 
 /// A release named `release` in a fresh namespace of the same name, publishing an ExternalName registry there.
@@ -356,18 +365,17 @@ async fn isolated_release(release: &str) -> (Client, String) {
 
 /// The same, with more chart values.
 async fn isolated_release_with(release: &str, extra: &[&str]) -> (Client, String) {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, release).await.expect("namespace");
+    let (client, ns) = release_in_own_namespace(release, release, |ns| {
+        let mut values = isolated_values(ns);
+        values.extend(extra.iter().map(|v| v.to_string()));
+        values
+    })
+    .await;
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
             "annotations": {"local-registry-publisher.io/host": "localhost:5001"}},
         "spec": {"type": "ExternalName", "externalName": "kind-registry", "ports": [{"name": "registry", "port": 5000}]}});
     apply_in(&client, &ns, service).await;
-    let mut values = isolated_values(&ns);
-    values.extend(extra.iter().map(|v| v.to_string()));
-    helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     wait_published(&client, &ns, "hosting", "the registry", |d| d.host.as_deref() == Some("localhost:5001")).await;
     (client, ns)
 }
@@ -568,7 +576,8 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
             "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
     };
     apply_in(&client, &ns, service(true)).await;
-    let mut values = isolated_values(&ns);
+    let mut values = own_configmap_values(&ns);
+    values.extend(isolated_values(&ns));
     values.extend(["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()]);
     helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
