@@ -334,11 +334,23 @@ impl PublishArgs {
         self.target.apply(&mut settings);
         self.values.apply(&mut settings);
         self.pull.apply(&mut settings);
-        settings.watch_namespaces = self.trust.watch_namespaces.clone();
-        settings.allowed_namespaces = self.trust.allowed_namespaces.clone();
-        settings.grace_period = self.change.grace_period;
-        settings.take_over = self.change.take_over;
+        self.trust.apply(&mut settings);
+        self.change.apply(&mut settings);
         settings
+    }
+}
+
+impl TrustArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.watch_namespaces = self.watch_namespaces.clone();
+        settings.allowed_namespaces = self.allowed_namespaces.clone();
+    }
+}
+
+impl ChangeArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.grace_period = self.grace_period;
+        settings.take_over = self.take_over;
     }
 }
 
