@@ -37,7 +37,7 @@ pub async fn run(args: Args) -> ExitCode {
     let default_log = LogArgs::default();
     let log = match &args.command {
         None => &args.log,
-        Some(Command::Withdraw { log, .. }) => log,
+        Some(Command::Withdraw { log, .. } | Command::NodeAgent { log, .. }) => log,
         Some(_) => &default_log,
     };
     init_logging(log);
@@ -64,6 +64,15 @@ pub async fn run(args: Args) -> ExitCode {
         Some(Command::RenderPullSecret { servers, username, name, namespace }) => {
             return crate::cli::render_pull_secret(servers, username.as_deref(), name, namespace.as_deref());
         }
+        Some(Command::NodeAgent { cluster, agent, .. }) => {
+            return match client(cluster).await {
+                Ok(client) => node_agent(client, agent).await,
+                Err(error) => {
+                    error!("{error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some(Command::Probe { address }) => {
             let result = crate::cli::probe::probe(address).await;
             println!("{address}: {}", result.summary);
@@ -87,7 +96,8 @@ pub async fn run(args: Args) -> ExitCode {
         }
         None => {}
     }
-    let settings = args.publish.settings();
+    let mut settings = args.publish.settings();
+    args.node_plan.apply(&mut settings);
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -140,6 +150,27 @@ pub async fn run(args: Args) -> ExitCode {
     }
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
     ExitCode::SUCCESS
+}
+
+async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> ExitCode {
+    let settings = crate::agent::AgentSettings {
+        namespace: pod::namespace(),
+        configmap: agent.node_plan_configmap.clone(),
+        hosts_dir: agent.hosts_dir.clone(),
+        daemonset: agent.daemonset.clone(),
+        resync: agent.resync,
+    };
+    let stopping = async {
+        shutdown_signal().await;
+        info!("shutting down");
+    };
+    match crate::agent::run(client, settings, stopping).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            error!("{reason}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The commands for registry users exit 5 when they cannot even build a client.

@@ -38,6 +38,9 @@ pub struct Args {
     pub publish: PublishArgs,
 
     #[command(flatten)]
+    pub node_plan: NodePlanArgs,
+
+    #[command(flatten)]
     pub operation: OperationArgs,
 
     #[command(flatten)]
@@ -110,6 +113,16 @@ pub enum Command {
         /// Namespace of the probe pod.
         #[arg(long, default_value = "default", value_parser = parse_namespace)]
         probe_namespace: String,
+    },
+    /// Keep this node's containerd registry hosts (hosts.toml under config_path) true to the controller's node
+    /// plan: what the chart's node-agent DaemonSet runs on every node (nodeAgent.enabled).
+    NodeAgent {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        agent: NodeAgentArgs,
+        #[command(flatten)]
+        log: LogArgs,
     },
     /// Probe one registry address (GET /v2/ over HTTPS, then HTTP) and exit 0 if a registry answers; what
     /// doctor --from-cluster runs in its pod.
@@ -282,6 +295,48 @@ pub struct PullSecretArgs {
     /// "default"). Entries others put there stay; only the entry this controller added is ever removed.
     #[arg(long, env = "LRP_PULL_SECRET_SERVICE_ACCOUNTS", value_delimiter = ',', requires = "pull_secrets", value_parser = parse_dns_subdomain)]
     pub pull_secret_service_accounts: Vec<String>,
+}
+
+/// The controller's side of the node agent.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodePlanArgs {
+    /// Keep the node plan (what each node's container runtime needs to pull every published address) in this
+    /// ConfigMap of the controller's namespace (POD_NAMESPACE), for the node agents the chart's nodeAgent.enabled
+    /// runs (see docs/node-pulls.md). Off by default.
+    #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub node_plan_configmap: Option<String>,
+}
+
+impl NodePlanArgs {
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.node_plan = self
+            .node_plan_configmap
+            .clone()
+            .map(|name| crate::settings::NodePlanTarget { namespace: crate::pod::namespace(), name });
+    }
+}
+
+/// What the node agent reads and writes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodeAgentArgs {
+    /// The ConfigMap holding the node plan, in POD_NAMESPACE: the controller's --node-plan-configmap.
+    #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub node_plan_configmap: String,
+
+    /// containerd's hosts directory (its registry config_path) as mounted into the agent: one hosts.toml per
+    /// planned address is written under it, and only files this agent wrote are ever changed or removed.
+    #[arg(long, env = "LRP_HOSTS_DIR", value_name = "PATH")]
+    pub hosts_dir: std::path::PathBuf,
+
+    /// The DaemonSet running the agent, in POD_NAMESPACE: an agent that stops while it still exists (a rolling
+    /// update, a drain) leaves its files for the next one; once it is gone the agent removes them.
+    #[arg(long, env = "LRP_NODE_AGENT_DAEMONSET", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub daemonset: Option<String>,
+
+    /// How often the hosts directory is checked again even when the plan has not changed (a directory emptied by
+    /// hand is written again).
+    #[arg(long, env = "LRP_NODE_AGENT_RESYNC", default_value = "10s", value_parser = parse_duration)]
+    pub resync: Duration,
 }
 
 /// How the process runs: probes, metrics, leader election.

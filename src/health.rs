@@ -16,15 +16,17 @@ pub const FAILED_WRITES_NOT_READY: u32 = 3;
 pub enum Task {
     Publisher,
     PullSecrets,
+    NodePlan,
 }
 
 impl Task {
-    const ALL: [Task; 2] = [Task::Publisher, Task::PullSecrets];
+    const ALL: [Task; 3] = [Task::Publisher, Task::PullSecrets, Task::NodePlan];
 
     fn index(self) -> usize {
         match self {
             Task::Publisher => 0,
             Task::PullSecrets => 1,
+            Task::NodePlan => 2,
         }
     }
 
@@ -32,6 +34,7 @@ impl Task {
         match self {
             Task::Publisher => "publisher",
             Task::PullSecrets => "pull-secrets",
+            Task::NodePlan => "node-plan",
         }
     }
 }

@@ -7,11 +7,13 @@
 //! - [`hosting`]: the `localRegistryHosting.v1` document, its fields and rules, and the ConfigMap that carries it;
 //! - [`registry`]: which Services are registries, what each would publish, and what the publisher watches;
 //! - [`publish`]: the publisher's whole decision, in one call;
-//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them.
+//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them;
+//! - [`node`]: what each node's container runtime needs to pull every published address, and the node agent's
+//!   writes of it.
 //!
 //! Around it:
-//! - [`controller`]: one task per concern (the publisher, pull credentials), each with its own watches, retries,
-//!   Events and metrics, and `withdraw` for the uninstall hook;
+//! - [`controller`]: one task per concern (the publisher, pull credentials, the node plan), each with its own
+//!   watches, retries, Events and metrics, and `withdraw` for the uninstall hook; [`agent`]: the node agent;
 //! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
 //!   endpoints; [`metrics`]; [`metrics_auth`]: authentication and authorization in front of /metrics;
 //! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace; [`memory`]: freed heap back to
@@ -24,6 +26,7 @@
 // there alone.
 #![deny(unsafe_code)]
 
+pub mod agent;
 pub mod app;
 pub mod backoff;
 pub mod cli;
@@ -37,6 +40,7 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod node;
 pub mod pod;
 pub mod publish;
 pub mod pull;

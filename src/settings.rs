@@ -31,6 +31,21 @@ pub struct Settings {
     pub take_over: bool,
     /// Distribute the published registry's pull credentials; `None` (the default) does not touch Secrets at all.
     pub pull_secrets: Option<PullSecrets>,
+    /// Keep the node plan (see [`crate::node`]) in this ConfigMap; `None` (the default) plans nothing.
+    pub node_plan: Option<NodePlanTarget>,
+}
+
+/// The ConfigMap node agents read their plan from: in the controller's own namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlanTarget {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for NodePlanTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConfigMap {}/{}", self.namespace, self.name)
+    }
 }
 
 /// Where the published registry's pull credentials go (see [`crate::pull`]).
@@ -72,6 +87,7 @@ impl Default for Settings {
             grace_period: Duration::from_secs(15),
             take_over: false,
             pull_secrets: None,
+            node_plan: None,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! - the whole KEP-1755 flow: a registry runs as a pod, an image is pushed to the published `host`, a pod whose
 //!   image names the published runtime host runs, and a pod reaches `hostFromClusterNetwork`; for a NodePort
 //!   registry and for minikube's hostPort registry addon;
-//! - `helm upgrade` never runs two controllers at once, and `helm uninstall` leaves no ConfigMap behind.
+//! - `helm upgrade` never runs two controllers at once, and `helm uninstall` leaves no ConfigMap behind;
+//! - the node agent makes `hostFromClusterNetwork` pullable by the node's containerd (which fails without it),
+//!   follows a moved registry, and leaves no file of its own and every foreign one as it was.
 
 mod support;
 
@@ -654,4 +656,134 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     for ns in [&ns, &app, &plain] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");
     }
+}
+
+/// The `hosts.toml` the node agent keeps for `address` on the real node, if any.
+fn hosts_toml(address: &str) -> Option<String> {
+    std::fs::read_to_string(node().hosts_dir().join(address).join("hosts.toml")).ok()
+}
+
+/// Waits until the node's file for `address` satisfies `check`; returns it and how long that took.
+async fn wait_hosts_toml(
+    address: &str,
+    what: &str,
+    check: impl Fn(Option<&str>) -> bool,
+) -> (Option<String>, Duration) {
+    let started = std::time::Instant::now();
+    let found = wait_until(SOON, || async {
+        let text = hosts_toml(address);
+        check(text.as_deref()).then_some(text)
+    })
+    .await;
+    match found {
+        Some(text) => (text, started.elapsed()),
+        None => panic!("{what}: the node's {address}/hosts.toml is now {:?}", hosts_toml(address)),
+    }
+}
+
+async fn cluster_ip(client: &Client, ns: &str, name: &str) -> String {
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns).get(name).await;
+    service.expect("service").spec.and_then(|s| s.cluster_ip).expect("a ClusterIP")
+}
+
+#[tokio::test]
+async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_runtime_and_leaves_nothing() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "nodepull").await.expect("namespace");
+    let hosts_dir = node().hosts_dir();
+    // Someone else's file for another registry, there before the agent: byte-identical at the end.
+    let foreign_dir = hosts_dir.join(format!("mirror.{ns}.example:5000"));
+    std::fs::create_dir_all(&foreign_dir).unwrap();
+    let foreign = format!("server = \"https://mirror.{ns}.example:5000\"\n[host.\"http://127.0.0.1:1\"]\n");
+    std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
+
+    // A ClusterIP registry as Camel K and in-cluster builders use it: pods name it by its cluster DNS name.
+    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
+    apply_in(&client, &ns, registry).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &ns, service.clone()).await;
+    let mut values = own_configmap_values(&ns);
+    values.extend(isolated_values(&ns));
+    let chart = |extra: &[&str]| -> Vec<String> {
+        let mut all = values.clone();
+        all.extend(extra.iter().map(|v| v.to_string()));
+        all
+    };
+    let agent_on = [
+        "nodeAgent.enabled=true".to_string(),
+        format!("nodeAgent.configPath={}", hosts_dir.display()),
+        "nodeAgent.resync=2s".into(),
+    ];
+    let agent_on: Vec<&str> = agent_on.iter().map(String::as_str).collect();
+    let upgrade = |values: Vec<String>| {
+        let chart_dir = root().join("charts/local-registry-publisher").display().to_string();
+        let mut args = vec!["upgrade".to_string(), "nodepull".into(), chart_dir, "-n".into(), ns.clone()];
+        args.extend(["--wait".into(), "--timeout".into(), "180s".into()]);
+        args.extend(values.into_iter().flat_map(|v| ["--set".to_string(), v]));
+        ok(tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    };
+    helm_install("nodepull", &ns, &chart(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let address = format!("registry.{ns}.svc.cluster.local:5000");
+    wait_published(&client, &ns, "hosting", "the ClusterIP registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(address.as_str())
+    })
+    .await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    push(true, &own_image("node-pulls"), &format!("{ip}:5000/nodepull/app:1"), None);
+
+    // Without the agent the node's containerd cannot even resolve the name (cluster DNS is not the node's).
+    let image = format!("{address}/nodepull/app:1");
+    apply_in(&client, &ns, app_pod("without", &image)).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &ns, "without")
+            .await
+            .filter(|w| w.contains(&format!("lookup registry.{ns}.svc.cluster.local")))
+    })
+    .await;
+    assert!(refused.is_some(), "pulling without the agent: {:?}", waiting(&client, &ns, "without").await);
+    assert!(hosts_toml(&address).is_none());
+
+    // With it, the node's file maps the name to the ClusterIP over HTTP, and the same pod runs.
+    upgrade(chart(&agent_on));
+    let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    println!("node file written {took:?} after helm upgrade --wait returned");
+    assert!(text.unwrap().contains(&format!("[host.\"http://{ip}:5000\"]")));
+    apply_in(&client, &ns, app_pod("with", &image)).await;
+    wait_phase(&client, &ns, "with", &["Running"]).await;
+
+    // The registry moves (its Service recreated with a new ClusterIP): the file follows, nothing restarts.
+    support::delete_in(&client, &ns, "v1", "Service", "registry").await;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+    let gone = wait_until(SOON, || async { matches!(services.get_opt("registry").await, Ok(None)).then_some(()) });
+    assert!(gone.await.is_some(), "the Service was not deleted");
+    apply_in(&client, &ns, service).await;
+    let moved = cluster_ip(&client, &ns, "registry").await;
+    assert_ne!(moved, ip);
+    let (_, took) = wait_hosts_toml(&address, "after the move", |t| t.is_some_and(|t| t.contains(&moved))).await;
+    println!("node file followed the new ClusterIP {took:?} after the Service was recreated");
+    apply_in(&client, &ns, app_pod("moved", &image)).await;
+    wait_phase(&client, &ns, "moved", &["Running"]).await;
+
+    // The node's directory emptied by hand is written again without a restart.
+    std::fs::remove_dir_all(hosts_dir.join(&address)).unwrap();
+    wait_hosts_toml(&address, "after emptying", |t| t.is_some_and(|t| t.contains(&moved))).await;
+
+    // Turned off, then on again and uninstalled: nothing of ours is left, the foreign file is untouched.
+    upgrade(chart(&["nodeAgent.enabled=false"]));
+    wait_hosts_toml(&address, "agent off", |t| t.is_none()).await;
+    assert!(!hosts_dir.join(&address).exists());
+    upgrade(chart(&agent_on));
+    wait_hosts_toml(&address, "agent on again", |t| t.is_some()).await;
+    ok(tool("helm", &["uninstall", "nodepull", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    assert!(!hosts_dir.join(&address).exists());
+    assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
+    std::fs::remove_dir_all(&foreign_dir).unwrap();
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

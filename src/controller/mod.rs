@@ -1,9 +1,11 @@
 //! Everything that talks to the API server on the controller's behalf, one task per concern: the [`publisher`]
 //! keeps the ConfigMap true and hands on the registry readers see; [`pull`] distributes that registry's pull
-//! credentials. Each task has its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its
-//! concern's pure decision. [`withdraw`] is the uninstall hook.
+//! credentials; [`node`] keeps the plan that node agents write into each node's container runtime. Each task has
+//! its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
+//! [`withdraw`] is the uninstall hook.
 
 mod events;
+pub mod node;
 pub mod publisher;
 pub mod pull;
 mod watch;
@@ -129,6 +131,10 @@ impl Controller {
             let distributor = pull::PullDistributor::new(&client, pull, context.clone(), published);
             tokio::spawn(distributor.run(stopped()))
         });
+        let node_plan = settings.node_plan.clone().map(|target| {
+            let planner = node::NodePlanner::new(&client, target, context.clone(), hand_on.subscribe());
+            tokio::spawn(planner.run(stopped()))
+        });
         let publisher = publisher::Publisher::new(&client, settings, context, hand_on);
         let publishing = publisher.run(stopped());
         futures::pin_mut!(shutdown, publishing);
@@ -138,8 +144,8 @@ impl Controller {
         }
         let _ = stop.send(true);
         publishing.await;
-        if let Some(pull) = pull {
-            let _ = pull.await;
+        for task in [pull, node_plan].into_iter().flatten() {
+            let _ = task.await;
         }
         probe.abort();
     }

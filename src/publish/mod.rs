@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::hosting::LocalRegistryHostingV1;
 use crate::hosting::configmap::{self, Stored};
-use crate::registry::{Registries, Registry, ServiceId};
+use crate::registry::{Ports, Registries, Registry, ServiceId};
 use crate::settings::Settings;
 pub use fights::{Fights, Gate};
 pub use notice::{Notice, Reason};
@@ -66,15 +66,17 @@ pub struct Published {
     pub document: LocalRegistryHostingV1,
     /// Its Service as stored (annotations, ports, cluster IP).
     pub service: Arc<Service>,
+    pub ports: Ports,
 }
 
 impl Published {
-    fn of(registry: &Registry, document: &LocalRegistryHostingV1) -> Self {
+    pub(crate) fn of(registry: &Registry, document: &LocalRegistryHostingV1) -> Self {
         Self {
             registry: registry.id.clone(),
             reference: registry.reference.clone(),
             document: document.clone(),
             service: registry.service.clone(),
+            ports: registry.ports,
         }
     }
 }

@@ -39,6 +39,10 @@ impl ServiceBuilder {
         self.0["spec"]["type"] = json!(type_);
         self
     }
+    pub fn cluster_ip(mut self, ip: &str) -> Self {
+        self.0["spec"]["clusterIP"] = json!(ip);
+        self
+    }
     pub fn external_name(mut self, name: &str) -> Self {
         self.0["spec"]["externalName"] = json!(name);
         self
@@ -193,6 +197,7 @@ pub fn registry(name: &str, priority: i32, ready: bool) -> Registry {
         created: None,
         ready,
         document: Ok(document),
+        ports: super::Ports { service: Some(5000), node: Some(30000 + priority) },
         reference: identity.reference(),
         service,
     }

@@ -166,6 +166,14 @@ pub struct Problem {
     pub message: String,
 }
 
+/// The registry's port on its Service, and the port every node serves it at on its own addresses (a hostPort,
+/// else a nodePort); `None` where there is none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ports {
+    pub service: Option<i32>,
+    pub node: Option<i32>,
+}
+
 /// A registry Service in an allowed namespace, and what it would publish.
 #[derive(Clone, Debug)]
 pub struct Registry {
@@ -176,6 +184,7 @@ pub struct Registry {
     /// At least one ready endpoint, or nothing to be ready (ExternalName, selector-less without slices).
     pub ready: bool,
     pub document: Result<LocalRegistryHostingV1, Problem>,
+    pub ports: Ports,
     pub reference: ObjectReference,
     /// The Service as stored: what other concerns read of the published registry (its annotations, ports).
     pub service: Arc<Service>,

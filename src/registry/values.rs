@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{Cluster, Fault, Identity, Origin, Problem, Registry, ServiceId, service_id};
+use super::{Cluster, Fault, Identity, Origin, Ports, Problem, Registry, ServiceId, service_id};
 use crate::hosting::address::Host;
 use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
 use crate::keys::service as annotations;
@@ -26,11 +26,17 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, 
             }
         },
     };
-    let document = match priority_problem {
-        Some(problem) => Err(problem),
-        None => document(service, &id, &origin, cluster, settings),
+    let port = registry_port(service, &origin);
+    let ports = match &port {
+        Ok(port) => ports(service, *port, &origin, cluster),
+        Err(_) => Ports::default(),
+    };
+    let document = match (priority_problem, port) {
+        (Some(problem), _) | (None, Err(problem)) => Err(problem),
+        (None, Ok(_)) => document(service, &id, &origin, ports, cluster, settings),
     };
     Registry {
+        ports,
         ready: ready(service, &id, cluster),
         priority,
         created: service.metadata.creation_timestamp.clone(),
@@ -46,16 +52,13 @@ fn document(
     service: &Service,
     id: &ServiceId,
     origin: &Origin,
+    ports: Ports,
     cluster: &Cluster,
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let spec = service.spec.clone().unwrap_or_default();
     let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
-    let port = registry_port(service, origin)?;
-    let service_port = port.map(|p| p.port);
-    let host_port = port.and_then(|p| host_port(service, p, origin, cluster));
-    let node_port =
-        port.and_then(|p| p.node_port).filter(|_| matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")));
+    let service_port = ports.service;
     // IPv6 in brackets, names lowercase without a root dot; an address that fits no rule is kept as given, for
     // validation to name the rule.
     let with_port = |address: &str, port: Option<i32>| match Host::normalise(address) {
@@ -71,7 +74,7 @@ fn document(
         service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
             |ingress| preferred_address(ingress.iter().filter_map(|i| i.ip.as_deref().or(i.hostname.as_deref()))),
         );
-    let outside_port = host_port.or(node_port);
+    let outside_port = ports.node;
     let host = match (load_balancer, outside_port) {
         (Some(address), _) => Some(with_port(&address, service_port)),
         (None, Some(port)) => {
@@ -142,6 +145,14 @@ fn overridden(service: &Service, field: Field, derived: Option<String>) -> Resul
 
 fn invalid_annotation(key: &str, value: &str, reason: &str) -> Problem {
     Problem { fault: Fault::InvalidAnnotation, message: format!("annotation {key}={value:?} {reason}") }
+}
+
+/// The registry's Service port, and the hostPort or nodePort every node serves it at (a hostPort first).
+fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, cluster: &Cluster) -> Ports {
+    let type_ = service.spec.as_ref().and_then(|s| s.type_.as_deref());
+    let node_port = port.and_then(|p| p.node_port).filter(|_| matches!(type_, Some("NodePort" | "LoadBalancer")));
+    let host_port = port.and_then(|p| host_port(service, p, origin, cluster));
+    Ports { service: port.map(|p| p.port), node: host_port.or(node_port) }
 }
 
 /// The port named `registry`, else the one the port annotation names, else the only one.

@@ -39,6 +39,13 @@ app.kubernetes.io/name: {{ include "lrp.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The node agent's selector: a name of its own, so neither the Deployment's selector nor anything that finds
+the controller's pods by its labels ever takes an agent's pod. */}}
+{{- define "lrp.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-node-agent" (include "lrp.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* repository:tag, or repository@digest when image.digest is set (the tag is then ignored). */}}
 {{- define "lrp.image" -}}
 {{- if .Values.image.digest -}}

@@ -9,6 +9,10 @@ pub(crate) const POD_SUBNET: &str = "10.88.0.0/24";
 /// The sandbox image every pod starts with; built from source by the testbed and imported before kubelet starts.
 pub const PAUSE_IMAGE: &str = "testbed.local/pause:1";
 
+/// containerd's registry hosts directory, under the node's own: one directory, as a path list is silently ignored
+/// by the transfer service that pulls for the CRI since containerd 2.1 (containerd#12808).
+pub(crate) const HOSTS_DIR: &str = "certs.d";
+
 pub(crate) struct Paths<'a> {
     pub dir: &'a Path,
     pub tools: &'a Path,
@@ -50,6 +54,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "{PAUSE_IMAGE}"
 
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "{hosts}"
+
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -58,6 +65,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
         tools = paths.tools.display(),
         cni = paths.node("cni"),
         runc = paths.tools.join("runc").display(),
+        hosts = paths.node(HOSTS_DIR),
     )
 }
 

@@ -73,6 +73,11 @@ impl RealNode {
         checked(&format!("importing {}", image.name), output).map(drop)
     }
 
+    /// containerd's registry hosts directory (its `config_path`): where a node agent writes `hosts.toml` files.
+    pub fn hosts_dir(&self) -> PathBuf {
+        self.dir.join("node").join(config::HOSTS_DIR)
+    }
+
     /// The most memory the node's daemons and pods used together so far.
     pub fn peak_memory_bytes(&self) -> Option<u64> {
         self.network.peak_memory_bytes()
@@ -140,6 +145,7 @@ pub(crate) fn write_configs(
     let paths = config::Paths { dir, tools, ca_cert: &pki.ca_cert };
     let node = dir.join("node");
     std::fs::create_dir_all(node.join("cni"))?;
+    std::fs::create_dir_all(node.join(config::HOSTS_DIR))?;
     let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
     let files = [
         ("containerd.toml", config::containerd(&paths)),

@@ -1,0 +1,143 @@
+//! The node agent (`local-registry-publisher node-agent`), which the chart's opt-in DaemonSet runs on every node:
+//! it watches the one ConfigMap holding the node plan (nothing cluster-wide) and keeps containerd's hosts directory
+//! true to it ([`crate::node::files`]). It re-checks the directory every `resync`, so a directory emptied by hand or
+//! a node's fresh disk is written again without a restart. When its DaemonSet is gone (uninstall, or the feature
+//! turned off) it removes what it wrote before it exits; a rolling update keeps the files for the next pod.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher::Event;
+use kube::runtime::{WatchStreamExt, watcher};
+use tracing::{error, info, warn};
+
+use crate::backoff;
+use crate::cli::text::safe;
+use crate::node::files::{self, Report};
+use crate::node::{NodePlan, PLAN_KEY};
+
+/// What the agent is told by its flags.
+#[derive(Clone, Debug)]
+pub struct AgentSettings {
+    pub namespace: String,
+    pub configmap: String,
+    /// containerd's `config_path` on this node, as mounted into the agent.
+    pub hosts_dir: PathBuf,
+    /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
+    pub daemonset: Option<String>,
+    pub resync: Duration,
+}
+
+/// Keeps the hosts directory until `shutdown` completes; `Err` names why it could not start.
+pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+    if !settings.hosts_dir.is_dir() {
+        return Err(format!(
+            "{} is not a directory: mount containerd's config_path there (see the chart's nodeAgent.configPath)",
+            safe(&settings.hosts_dir.display().to_string())
+        ));
+    }
+    info!(
+        configmap = %format!("{}/{}", settings.namespace, settings.configmap),
+        hosts_dir = %safe(&settings.hosts_dir.display().to_string()),
+        "keeping this node's registry hosts"
+    );
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &settings.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.configmap));
+    let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP));
+    futures::pin_mut!(events, shutdown);
+    let mut resync = tokio::time::interval(settings.resync);
+    // The plan while a (re)list is under way, and the plan in force once it has ended.
+    let mut listing: Option<NodePlan> = None;
+    let mut plan: Option<NodePlan> = None;
+    let mut last = Report::default();
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            event = events.next() => match event {
+                Some(Ok(Event::Init)) => listing = Some(NodePlan::default()),
+                Some(Ok(Event::InitApply(configmap))) => listing = read_plan(&configmap).or_else(|| plan.clone()),
+                Some(Ok(Event::InitDone)) => plan = listing.take().or(plan),
+                Some(Ok(Event::Apply(configmap))) => plan = read_plan(&configmap).or(plan),
+                Some(Ok(Event::Delete(_))) => plan = Some(NodePlan::default()),
+                Some(Err(error)) => {
+                    warn!(%error, "watching the node plan failed; retrying");
+                    continue;
+                }
+                None => break,
+            },
+            _ = resync.tick() => {}
+        }
+        if let Some(plan) = &plan {
+            last = sync(&settings, plan, &last);
+        }
+    }
+    if daemonset_gone(&client, &settings).await {
+        let removed = sync(&settings, &NodePlan::default(), &Report::default());
+        info!(removed = removed.removed.len(), "the agent's DaemonSet is gone: its files are removed");
+    }
+    Ok(())
+}
+
+/// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
+fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Report {
+    let report = match files::sync(&settings.hosts_dir, plan) {
+        Ok(report) => report,
+        Err(error) => {
+            error!(%error, "reading the hosts directory failed");
+            return last.clone();
+        }
+    };
+    for address in &report.written {
+        info!(address = %safe(address), "hosts.toml written");
+    }
+    for address in &report.removed {
+        info!(address = %safe(address), "hosts.toml removed: the address is no longer published");
+    }
+    if report.foreign != last.foreign {
+        for address in &report.foreign {
+            warn!(address = %safe(address), "a hosts.toml this agent did not write is there: left as it is, so this node pulls the address as that file says");
+        }
+    }
+    if report.failed != last.failed {
+        for (address, reason) in &report.failed {
+            error!(address = %safe(address), reason = %safe(reason), "hosts.toml not written");
+        }
+    }
+    report
+}
+
+/// The plan a ConfigMap holds; `None` (keep the last plan) when it holds none or one this agent cannot read.
+fn read_plan(configmap: &ConfigMap) -> Option<NodePlan> {
+    let Some(text) = configmap.data.as_ref().and_then(|data| data.get(PLAN_KEY)) else {
+        return Some(NodePlan::default());
+    };
+    match NodePlan::from_json(text) {
+        Ok(plan) => Some(plan),
+        Err(error) => {
+            error!(%error, "the node plan cannot be read; the last plan stays in force");
+            None
+        }
+    }
+}
+
+/// Whether the DaemonSet is gone or going. Anything short of seeing it alive counts as gone: on uninstall its
+/// Role and ServiceAccount go at the same moment, so the answer may be a refusal rather than "not found".
+async fn daemonset_gone(client: &Client, settings: &AgentSettings) -> bool {
+    let Some(name) = &settings.daemonset else {
+        return false;
+    };
+    let api = Api::<DaemonSet>::namespaced(client.clone(), &settings.namespace);
+    match api.get_opt(name).await {
+        Ok(Some(daemonset)) => daemonset.metadata.deletion_timestamp.is_some(),
+        Ok(None) => true,
+        Err(error) => {
+            warn!(%error, "cannot tell whether the DaemonSet still exists: removing this node's files");
+            true
+        }
+    }
+}

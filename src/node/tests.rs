@@ -1,0 +1,92 @@
+use super::*;
+use crate::keys::service as annotations;
+use crate::registry::fixtures::{ServiceBuilder, allowed_registries, service};
+use crate::registry::{Cluster, Registry};
+use crate::settings::Settings;
+
+/// What the publisher would hand on for this one registry Service.
+fn published(service: ServiceBuilder) -> Published {
+    let cluster = Cluster { labelled_services: vec![service.build()], ..Cluster::default() };
+    let registries: Vec<Registry> = allowed_registries(&cluster, &Settings::default());
+    let registry = &registries[0];
+    let document = registry.document.as_ref().expect("publishable");
+    Published::of(registry, document)
+}
+
+fn entries(plan: &NodePlan) -> Vec<(&str, &str)> {
+    plan.hosts.iter().map(|entry| (entry.address.as_str(), entry.endpoint.as_str())).collect()
+}
+
+#[test]
+fn nothing_published_plans_nothing() {
+    assert_eq!(plan(None), NodePlan::default());
+}
+
+#[test]
+fn the_cluster_network_name_goes_to_the_cluster_ip_and_loopback_at_the_node_port_needs_nothing() {
+    let nodeport =
+        service("registry", "registry").type_("NodePort").cluster_ip("10.96.0.12").port(None, 5000, Some(30500));
+    let published = published(nodeport);
+    assert_eq!(published.document.host.as_deref(), Some("localhost:30500"));
+    assert_eq!(
+        entries(&plan(Some(&published))),
+        [("registry.registry.svc.cluster.local:5000", "http://10.96.0.12:5000")]
+    );
+}
+
+#[test]
+fn a_kind_shaped_host_and_a_loopback_port_the_node_does_not_serve_are_mapped() {
+    let kind = service("registry", "registry")
+        .cluster_ip("10.96.0.12")
+        .port(None, 5000, None)
+        .annotation(annotations::HOST, "localhost:5001")
+        .annotation(annotations::HOST_FROM_CONTAINER_RUNTIME, "kind-registry:5000");
+    let plan = plan(Some(&published(kind)));
+    assert_eq!(
+        entries(&plan),
+        [
+            ("kind-registry:5000", "http://10.96.0.12:5000"),
+            ("localhost:5001", "http://10.96.0.12:5000"),
+            ("registry.registry.svc.cluster.local:5000", "http://10.96.0.12:5000"),
+        ]
+    );
+}
+
+#[test]
+fn an_external_name_is_reached_at_its_target() {
+    let external =
+        service("registry", "registry").type_("ExternalName").external_name("Registry.Example.").port(None, 5000, None);
+    let plan = plan(Some(&published(external)));
+    assert_eq!(entries(&plan), [("registry.example:5000", "http://registry.example:5000")]);
+}
+
+#[test]
+fn a_headless_registry_is_reached_on_the_node_loopback_at_its_node_port_else_not_at_all() {
+    let headless = service("registry", "registry").cluster_ip("None").port(None, 5000, None);
+    assert_eq!(plan(Some(&published(headless))), NodePlan::default());
+    let mut with_node_port = published(service("registry", "registry").cluster_ip("None").port(None, 5000, None));
+    with_node_port.ports.node = Some(30500);
+    assert_eq!(
+        entries(&plan(Some(&with_node_port))),
+        [("registry.registry.svc.cluster.local:5000", "http://127.0.0.1:30500")]
+    );
+}
+
+#[test]
+fn an_ipv6_cluster_ip_is_bracketed_and_an_address_given_twice_is_planned_once() {
+    let v6 = service("registry", "registry")
+        .cluster_ip("fd00::c")
+        .port(None, 5000, None)
+        .annotation(annotations::HOST, "registry.registry.svc.cluster.local:5000");
+    assert_eq!(
+        entries(&plan(Some(&published(v6)))),
+        [("registry.registry.svc.cluster.local:5000", "http://[fd00::c]:5000")]
+    );
+}
+
+#[test]
+fn the_plan_reads_back_as_written() {
+    let published = published(service("registry", "registry").cluster_ip("10.96.0.12").port(None, 5000, None));
+    let written = plan(Some(&published));
+    assert_eq!(NodePlan::from_json(&written.to_json()).expect("reads back"), written);
+}
