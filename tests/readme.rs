@@ -1,0 +1,244 @@
+//! The README as a new user follows it, on a real node: the Quick start's shell blocks and the per-cluster rows,
+//! read from README.md itself (never copied here), run with bash as written, and their output compared with what
+//! the README says they print. Only what a user brings is stood in for: the registry the Quick start assumes (the
+//! Service `registry/registry`, NodePort 5000 -> 30500), the image load of step 1 (`ctr import` on the node instead
+//! of `docker build` and `kind load`), and what kind's script and MicroK8s's addon create.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::json;
+use support::{apply_in, ok, wait_until};
+use testbed::ControlPlane;
+use testbed::image::Image;
+
+const SOON: Duration = Duration::from_secs(90);
+const RELEASE: &str = "local-registry-publisher";
+
+fn plane() -> &'static ControlPlane {
+    ControlPlane::shared_with_real_node()
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(root().join("README.md")).expect("README.md")
+}
+
+/// The text under `## <heading>`, up to the next `## `.
+fn section(readme: &str, heading: &str) -> String {
+    let start = readme.find(&format!("\n## {heading}\n")).unwrap_or_else(|| panic!("README has no ## {heading}"));
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+    rest[..end].to_string()
+}
+
+/// Every fenced block of `language` in `text`, its indentation (list items indent them) removed.
+fn blocks(text: &str, language: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let indent = line.len() - line.trim_start().len();
+        if line.trim_start() != format!("```{language}") {
+            continue;
+        }
+        let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim_start() != "```").collect();
+        let body: Vec<&str> = body.iter().map(|l| l.get(indent..).unwrap_or("")).collect();
+        found.push(body.join("\n") + "\n");
+    }
+    found
+}
+
+/// The cells of the per-cluster table row whose first cell starts with `cluster`.
+fn row(section: &str, cluster: &str) -> Vec<String> {
+    let line = section
+        .lines()
+        .find(|l| l.starts_with(&format!("| {cluster}")))
+        .unwrap_or_else(|| panic!("no per-cluster row for {cluster}"));
+    line.trim_matches('|').split(" | ").map(|cell| cell.trim().to_string()).collect()
+}
+
+/// The text of every `code span` in a cell.
+fn spans(cell: &str) -> Vec<String> {
+    cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// A user's shell: bash with errors fatal, the project's tools and the installed CLI on PATH, a home of its own.
+fn shell(script: &str, home: &Path) -> Output {
+    let plane = plane();
+    let path = format!(
+        "{}:{}:{}",
+        home.join(".local/bin").display(),
+        plane.tools().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(root())
+        .env("PATH", path)
+        .env("HOME", home)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+        .output()
+        .expect("run bash")
+}
+
+fn as_written(what: &str, script: &str, home: &Path) -> String {
+    let output = shell(script, home);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{what} as the README writes it failed:\n{script}\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// Runs `script` until it succeeds with output containing every line of `expected` (the controller starts a few
+/// seconds after an install that does not wait); returns its output.
+async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &Path) -> String {
+    let found = wait_until(SOON, || async {
+        let output = shell(script, home);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.success() && expected.iter().all(|line| stdout.contains(line.as_str()))).then_some(stdout)
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        let output = shell(script, home);
+        panic!(
+            "{what} never printed {expected:?}; last:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// Step 1's stand-in: the image `docker build` would make, loaded into the node; and crane's, for registries.
+fn load_images() -> Image {
+    let node = plane().real_node().expect("a real node");
+    let controller = Image {
+        name: "docker.io/library/local-registry-publisher".into(),
+        layout: root().join("target/image/local-registry-publisher"),
+        archive: root().join("target/image/local-registry-publisher.tar"),
+        compressed_size: 0,
+    };
+    assert!(
+        controller.archive.exists(),
+        "{} is missing: run `make image` (make test does)",
+        controller.archive.display()
+    );
+    node.import(&controller).expect("import the controller image");
+    let crane = testbed::node::crane_image(plane().tools(), &plane().dir().join("images")).expect("crane image");
+    node.import(&crane).expect("import the crane image");
+    crane
+}
+
+/// A registry pod behind a NodePort Service `name` in `ns`, at port 5000 and `node_port`.
+async fn nodeport_registry(client: &kube::Client, crane: &Image, ns: &str, name: &str, node_port: i32) {
+    ok(support::tool(plane(), "kubectl", &["create", "namespace", ns]));
+    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{
+                "name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "args": ["registry", "serve", "--address", ":5000"],
+                "ports": [{"name": "registry", "containerPort": 5000}]}]}}}});
+    apply_in(client, ns, registry).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {"type": "NodePort", "selector": {"app": name},
+            "ports": [{"name": "registry", "port": 5000, "nodePort": node_port}]}});
+    apply_in(client, ns, service).await;
+}
+
+/// A ConfigMap as the cluster's own script or addon writes it, which the row's takeOver replaces.
+async fn scripted_configmap(client: &kube::Client, document: &str) {
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "local-registry-hosting"},
+        "data": {"localRegistryHosting.v1": document}});
+    apply_in(client, "kube-public", configmap).await;
+}
+
+/// The row's install command, with the Quick start's command where the row writes `helm install ...`.
+fn install_command(row: &[String], quick_install: &str) -> String {
+    let install = spans(&row[1]).into_iter().find(|s| s.starts_with("helm install ...")).expect("an install command");
+    install.replacen("helm install ...", quick_install.trim(), 1)
+}
+
+/// The published document the row promises, one `field: "value"` line each.
+fn promised(row: &[String]) -> Vec<String> {
+    spans(&row[3]).into_iter().filter(|s| s.contains(": \"")).collect()
+}
+
+const PUBLISHED: &str =
+    "kubectl get configmap -n kube-public local-registry-hosting -o jsonpath='{.data.localRegistryHosting\\.v1}'";
+
+fn uninstall(home: &Path) {
+    as_written("uninstall", &format!("helm uninstall {RELEASE} -n {RELEASE} --wait --timeout 180s"), home);
+}
+
+#[tokio::test]
+async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    let home = plane.dir().join("readme-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let readme = readme();
+    let mut steps = 0;
+
+    // Quick start. Step 1: the image is on the node. The user's registry: Service registry/registry.
+    let crane = load_images();
+    steps += 1;
+    nodeport_registry(&client, &crane, "registry", "registry", 30500).await;
+    let quick = section(&readme, "Quick start");
+    let sh = blocks(&quick, "sh");
+    assert_eq!(sh.len(), 5, "the Quick start's shell blocks changed: {sh:#?}");
+    let (install, allow, label, install_cli, verify) = (&sh[0], &sh[1], &sh[2], &sh[3], &sh[4]);
+    assert!(install.starts_with("helm install "), "{install}");
+    for (what, script) in [("step 2", install), ("step 3", allow), ("step 4", label), ("step 5", install_cli)] {
+        as_written(what, script, &home);
+        steps += 1;
+    }
+    assert!(home.join(".local/bin/local-registry-publisher").exists(), "make install put the CLI in ~/.local/bin");
+    let expected: Vec<String> = blocks(&quick, "yaml")[0].lines().map(str::to_string).collect();
+    let printed = until_it_prints("step 6", verify, &expected, &home).await;
+    assert!(printed.starts_with(&blocks(&quick, "yaml")[0].trim_end().to_string()), "{printed}");
+    steps += 1;
+    uninstall(&home);
+    // Each row is a cluster of its own: the Quick start's registry is not in it.
+    as_written("cleanup", "kubectl delete namespace registry --wait", &home);
+
+    let per_cluster = section(&readme, "Per cluster");
+
+    // kind with its local-registry script: the script's ConfigMap and registry container are there; the user
+    // installs with the row's flags and applies the ExternalName Service the README gives.
+    scripted_configmap(
+        &client,
+        "host: \"localhost:5001\"\nhelp: \"https://kind.sigs.k8s.io/docs/user/local-registry/\"\n",
+    )
+    .await;
+    let kind = row(&per_cluster, "kind with its local-registry script");
+    as_written("the kind row's install", &install_command(&kind, install), &home);
+    let service = &blocks(&per_cluster, "yaml")[0];
+    as_written("the ExternalName Service", &format!("kubectl apply -f - <<'EOF'\n{service}EOF\n"), &home);
+    until_it_prints("the kind row's document", PUBLISHED, &promised(&kind), &home).await;
+    steps += 3;
+    uninstall(&home);
+    as_written("cleanup", "kubectl delete service -n kube-system kind-registry", &home);
+
+    // MicroK8s with its registry addon: a NodePort Service container-registry/registry at 32000, the addon's own
+    // ConfigMap, and MicroK8s's label on the node.
+    let node = plane.real_node().expect("a real node").name().to_string();
+    ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster=true"]));
+    nodeport_registry(&client, &crane, "container-registry", "registry", 32000).await;
+    scripted_configmap(&client, "host: \"localhost:32000\"\nhelp: \"https://microk8s.io/docs/registry-built-in\"\n")
+        .await;
+    let microk8s = row(&per_cluster, "MicroK8s");
+    as_written("the MicroK8s row's install", &install_command(&microk8s, install), &home);
+    until_it_prints("the MicroK8s row's document", PUBLISHED, &promised(&microk8s), &home).await;
+    steps += 2;
+    uninstall(&home);
+    ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster-"]));
+    println!("README steps run as written: {steps}");
+}
