@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher::Event;
@@ -18,8 +18,9 @@ use tracing::{error, info, warn};
 
 use crate::backoff;
 use crate::cli::text::safe;
+use crate::controller::events::EventLog;
 use crate::node::files::{self, Report};
-use crate::node::{NodePlan, PLAN_KEY};
+use crate::node::{self, NodePlan, PLAN_KEY};
 
 /// What the agent is told by its flags.
 #[derive(Clone, Debug)]
@@ -51,6 +52,17 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
     let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP));
     futures::pin_mut!(events, shutdown);
     let mut resync = tokio::time::interval(settings.resync);
+    // What it did and left alone is told as Events on its own Pod, which `doctor` reads per node.
+    let instance = crate::pod::name();
+    let told = EventLog::start(client.clone(), "ConfigureNodeRuntime", &instance);
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(instance),
+        namespace: Some(settings.namespace.clone()),
+        uid: std::env::var("POD_UID").ok(),
+        ..ObjectReference::default()
+    };
     // The plan while a (re)list is under way, and the plan in force once it has ended.
     let mut listing: Option<NodePlan> = None;
     let mut plan: Option<NodePlan> = None;
@@ -74,8 +86,10 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
         }
         if let Some(plan) = &plan {
             last = sync(&settings, plan, &last);
+            told.record(node::notices(plan, &last, &regarding));
         }
     }
+    told.finish().await;
     if daemonset_gone(&client, &settings).await {
         let removed = sync(&settings, &NodePlan::default(), &Report::default());
         info!(removed = removed.removed.len(), "the agent's DaemonSet is gone: its files are removed");

@@ -46,6 +46,8 @@ pub mod chart {
     pub const COMPONENT: &str = "app.kubernetes.io/component";
     /// The component of the controller's pods.
     pub const CONTROLLER: &str = "controller";
+    /// The component of the node agent's pods.
+    pub const NODE_AGENT: &str = "node-agent";
     /// The component of `doctor --from-cluster`'s probe pod.
     pub const DOCTOR: &str = "registry-doctor";
 }

@@ -681,6 +681,20 @@ async fn wait_hosts_toml(
     }
 }
 
+/// `doctor` on the release in `ns` (its own ConfigMap), run until its report satisfies `check`.
+async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
+    let kubeconfig = format!("--kubeconfig={}", plane().kubeconfig().display());
+    let run = || {
+        let output = Command::new(support::binary::BINARY)
+            .args(["doctor", &kubeconfig, &format!("--configmap-namespace={ns}"), "--configmap-name=hosting"])
+            .output()
+            .expect("run doctor");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let found = wait_until(SOON, || async { Some(run()).filter(|report| check(report)) }).await;
+    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", run()))
+}
+
 async fn cluster_ip(client: &Client, ns: &str, name: &str) -> String {
     let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns).get(name).await;
     service.expect("service").spec.and_then(|s| s.cluster_ip).expect("a ClusterIP")
@@ -756,6 +770,11 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
     assert!(text.unwrap().contains(&format!("[host.\"http://{ip}:5000\"]")));
     apply_in(&client, &ns, app_pod("with", &image)).await;
     wait_phase(&client, &ns, "with", &["Running"]).await;
+    // doctor tells per node what the agent there last said of itself; the kwok node's agent never says anything.
+    let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
+    let report = wait_doctor(&ns, |report| report.contains(&real)).await;
+    assert!(report.contains(&format!("{address} needs a hosts.toml mapping it to http://{ip}:5000")), "{report}");
+    assert!(report.contains(&format!("not configured for {address}")), "the simulated node: {report}");
 
     // The registry moves (its Service recreated with a new ClusterIP): the file follows, nothing restarts.
     support::delete_in(&client, &ns, "v1", "Service", "registry").await;
@@ -773,6 +792,17 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
     // The node's directory emptied by hand is written again without a restart.
     std::fs::remove_dir_all(hosts_dir.join(&address)).unwrap();
     wait_hosts_toml(&address, "after emptying", |t| t.is_some_and(|t| t.contains(&moved))).await;
+
+    // Someone else's file for the address: left byte for byte, told as a Warning that doctor shows; once it is
+    // gone the agent writes its own again.
+    let theirs = format!("[host.\"http://{moved}:5000\"]\n  capabilities = [\"pull\"]\n");
+    std::fs::write(hosts_dir.join(&address).join("hosts.toml"), &theirs).unwrap();
+    let report = wait_doctor(&ns, |report| report.contains("ForeignHostsFile: ")).await;
+    assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
+    assert_eq!(hosts_toml(&address).as_deref(), Some(theirs.as_str()));
+    std::fs::remove_file(hosts_dir.join(&address).join("hosts.toml")).unwrap();
+    wait_hosts_toml(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by")))
+        .await;
 
     // Turned off, then on again and uninstalled: nothing of ours is left, the foreign file is untouched.
     upgrade(chart(&["nodeAgent.enabled=false"]));

@@ -1,7 +1,8 @@
 //! `doctor`: why readers see what they see. From this machine it probes the published `host`; from the cluster it
 //! lists every registry candidate with why it is or is not published (the controller's own snapshot and decision,
 //! not a copy), whether the ConfigMap is ours, foreign or stale, and which controller pods run and lead; with
-//! `--from-cluster` it probes `hostFromClusterNetwork` from a short-lived pod and removes it.
+//! `--from-cluster` it probes `hostFromClusterNetwork` from a short-lived pod and removes it; for each node, whether
+//! its runtime is configured to pull the published addresses that need it (the node agent's last word).
 //!
 //! Exit status as `get`: 0 all is well; 3 nothing is published; 4 something is wrong (said in the output);
 //! 5 the cluster could not be read.
@@ -181,6 +182,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         };
         wrong |= !pull_credentials(published, &observed, pull);
     }
+    wrong |= !super::nodes::report(&client, decision.published.as_ref(), settings.node_plan.as_ref()).await;
 
     if let Some(from_cluster) = from_cluster {
         say!("\n== From a pod");
@@ -308,7 +310,13 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
     for pod in running {
         let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
         let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
-        let settings = parsed.publish.settings();
+        let mut settings = parsed.publish.settings();
+        // Its node plan lives in its own namespace, not in this command's.
+        settings.node_plan = parsed
+            .node_plan
+            .node_plan_configmap
+            .clone()
+            .map(|name| crate::settings::NodePlanTarget { namespace: pod.namespace.clone(), name });
         if parsed.command.is_none() && settings.target() == flags.target() {
             return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name), true);
         }

@@ -9,6 +9,7 @@
 
 pub mod doctor;
 mod get;
+mod nodes;
 pub mod probe;
 pub mod readers;
 mod render;

@@ -63,6 +63,21 @@ impl Tell for crate::pull::Notice {
     }
 }
 
+impl Tell for crate::node::Notice {
+    fn regarding(&self) -> &ObjectReference {
+        &self.regarding
+    }
+    fn reason(&self) -> &'static str {
+        self.reason.as_str()
+    }
+    fn warning(&self) -> bool {
+        self.reason.warning()
+    }
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;
 

@@ -4,7 +4,7 @@
 //! its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
 //! [`withdraw`] is the uninstall hook.
 
-mod events;
+pub(crate) mod events;
 pub mod node;
 pub mod publisher;
 pub mod pull;

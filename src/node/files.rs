@@ -1,6 +1,7 @@
 //! The node agent's writes: containerd's hosts directory (`config_path`) holds, for each planned address, a
 //! `<address>/hosts.toml` of ours, and nothing else of ours. A file is ours when its first line is [`HEADER`];
-//! a directory whose `hosts.toml` is not ours (or that has none) is foreign: reported, never changed.
+//! a directory whose `hosts.toml` is not ours (or that has none but holds other files) is foreign: reported, never
+//! changed. An empty directory is nobody's.
 //! containerd reads the directory at each pull, so nothing restarts; each file is replaced whole (written beside
 //! it, then renamed) because containerd drops a file it cannot parse.
 
@@ -94,6 +95,8 @@ fn ownership(path: &Path) -> Ownership {
     }
     match std::fs::read_to_string(path.join(FILE)) {
         Ok(text) if text.lines().next() == Some(HEADER) => Ownership::Ours(text),
+        // An empty directory holds nothing of anyone's, and containerd reads nothing from it.
+        Err(_) if std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none()) => Ownership::Absent,
         _ => Ownership::Foreign,
     }
 }

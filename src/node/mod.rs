@@ -9,6 +9,7 @@ pub mod files;
 
 use std::net::IpAddr;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use serde::{Deserialize, Serialize};
 
 use crate::hosting::address::Host;
@@ -88,6 +89,74 @@ fn split_port(address: &str) -> Result<(&str, Option<i32>), std::num::ParseIntEr
         Some((host, port)) if !port.contains(']') => Ok((host, Some(port.parse()?))),
         _ => Ok((address, None)),
     }
+}
+
+/// Why an agent tells something about its node, as the Event's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Which planned addresses this node's containerd pulls through the agent's files (or that none needs one).
+    HostsConfigured,
+    /// A planned address whose directory holds a file the agent did not write: left alone.
+    ForeignHostsFile,
+    /// A planned address whose file could not be written or removed.
+    HostsFileFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::HostsConfigured => "HostsConfigured",
+            Reason::ForeignHostsFile => "ForeignHostsFile",
+            Reason::HostsFileFailed => "HostsFileFailed",
+        }
+    }
+
+    pub fn warning(self) -> bool {
+        self != Reason::HostsConfigured
+    }
+}
+
+/// What an agent tells about its node, on its own Pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub regarding: ObjectReference,
+    pub reason: Reason,
+    pub message: String,
+}
+
+/// The state of the node after a pass, in words: the addresses configured, then each one left alone or failed.
+pub fn notices(plan: &NodePlan, report: &files::Report, regarding: &ObjectReference) -> Vec<Notice> {
+    let notice = |reason, message| Notice { regarding: regarding.clone(), reason, message };
+    let troubled =
+        |address: &str| report.foreign.iter().any(|a| a == address) || report.failed.iter().any(|(a, _)| a == address);
+    let configured: Vec<String> = plan
+        .hosts
+        .iter()
+        .filter(|entry| !troubled(&entry.address))
+        .map(|entry| format!("{} via {}", entry.address, entry.endpoint))
+        .collect();
+    let summary = if configured.is_empty() && plan.hosts.is_empty() {
+        "no published address needs a hosts.toml on this node".to_string()
+    } else if configured.is_empty() {
+        "no published address is configured on this node".to_string()
+    } else {
+        format!("this node's containerd pulls {}", configured.join(", "))
+    };
+    // One Event per reason: Events are kept per object and reason.
+    let mut said = vec![notice(Reason::HostsConfigured, summary)];
+    if !report.foreign.is_empty() {
+        let addresses = report.foreign.join(", ");
+        let message = format!(
+            "{addresses}: a hosts.toml this agent did not write is there; it is left as it is, so this node pulls \
+             them as that file says (remove it to let the agent configure the address)"
+        );
+        said.push(notice(Reason::ForeignHostsFile, message));
+    }
+    if !report.failed.is_empty() {
+        let failures: Vec<String> = report.failed.iter().map(|(address, why)| format!("{address}: {why}")).collect();
+        said.push(notice(Reason::HostsFileFailed, format!("hosts.toml not written: {}", failures.join("; "))));
+    }
+    said
 }
 
 impl NodePlan {

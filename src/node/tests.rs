@@ -3,6 +3,7 @@ use crate::keys::service as annotations;
 use crate::registry::fixtures::{ServiceBuilder, allowed_registries, service};
 use crate::registry::{Cluster, Registry};
 use crate::settings::Settings;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 /// What the publisher would hand on for this one registry Service.
 fn published(service: ServiceBuilder) -> Published {
@@ -89,4 +90,31 @@ fn the_plan_reads_back_as_written() {
     let published = published(service("registry", "registry").cluster_ip("10.96.0.12").port(None, 5000, None));
     let written = plan(Some(&published));
     assert_eq!(NodePlan::from_json(&written.to_json()).expect("reads back"), written);
+}
+
+#[test]
+fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_not_write() {
+    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
+    let entry = |address: &str| HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into() };
+    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")] };
+    let report = files::Report {
+        foreign: vec!["b:5000".into()],
+        failed: vec![("c:5000".into(), "read-only file system".into())],
+        ..files::Report::default()
+    };
+    let told: Vec<(Reason, String)> =
+        notices(&plan, &report, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
+    assert_eq!(
+        told[0],
+        (Reason::HostsConfigured, "this node's containerd pulls a:5000 via http://10.96.0.12:5000".into())
+    );
+    assert_eq!(told[1].0, Reason::ForeignHostsFile);
+    assert!(told[1].1.starts_with("b:5000: a hosts.toml this agent did not write is there"), "{}", told[1].1);
+    assert_eq!(told[2], (Reason::HostsFileFailed, "hosts.toml not written: c:5000: read-only file system".into()));
+    assert!(
+        !Reason::HostsConfigured.warning() && Reason::ForeignHostsFile.warning() && Reason::HostsFileFailed.warning()
+    );
+    let nothing = notices(&NodePlan::default(), &files::Report::default(), &regarding);
+    assert_eq!(nothing.len(), 1);
+    assert_eq!(nothing[0].message, "no published address needs a hosts.toml on this node");
 }

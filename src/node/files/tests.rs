@@ -110,6 +110,14 @@ fn an_emptied_directory_is_written_again_and_a_file_added_beside_ours_survives_r
 }
 
 #[test]
+fn an_empty_directory_is_nobodys_and_is_written_into() {
+    let dir = hosts_dir();
+    std::fs::create_dir(dir.join(CLUSTER_NAME)).expect("dir");
+    let wanted = plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]);
+    assert_eq!(sync(&dir, &wanted).expect("synced").written, [CLUSTER_NAME]);
+}
+
+#[test]
 fn an_address_or_endpoint_that_could_escape_the_directory_or_the_file_is_refused() {
     let dir = hosts_dir();
     let wanted = plan(&[

@@ -1,0 +1,105 @@
+//! `doctor`'s node section: for each node, whether its containerd can pull every published address that needs a
+//! `hosts.toml` (see [`crate::node`]), as the node agent on that node last told on its own Pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use super::text::say;
+use crate::keys;
+use crate::node::{self, NodePlan, Reason};
+use crate::publish::Published;
+use crate::settings::NodePlanTarget;
+
+/// Reports the node pulls of `published`; returns whether all is well. `agents` is where the running controller
+/// keeps the node plan, `None` when the node agent is off.
+pub async fn report(client: &Client, published: Option<&Published>, agents: Option<&NodePlanTarget>) -> bool {
+    let plan = node::plan(published);
+    say!("\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    if plan.hosts.is_empty() {
+        say!("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
+        return true;
+    }
+    for entry in &plan.hosts {
+        say!("  {} needs a hosts.toml mapping it to {}", entry.address, entry.endpoint);
+    }
+    let Some(agents) = agents else {
+        say!(
+            "  the node agent is off: a node's containerd pulls these only if someone configured it to \
+             (chart value nodeAgent.enabled=true does it on every node)"
+        );
+        return true;
+    };
+    let nodes = match Api::<Node>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(error) => {
+            say!("  nodes cannot be listed with this identity: {error}");
+            return true;
+        }
+    };
+    let selector = format!("{}={}", keys::chart::COMPONENT, keys::chart::NODE_AGENT);
+    let pods = Api::<Pod>::namespaced(client.clone(), &agents.namespace);
+    let pods = pods.list(&ListParams::default().labels(&selector)).await.map(|l| l.items).unwrap_or_default();
+    let events = Api::<Event>::namespaced(client.clone(), &agents.namespace);
+    let events = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let mut well = true;
+    for node in &nodes {
+        let name = node.name_any();
+        let pod = pods.iter().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()));
+        let verdict = match pod {
+            None => Err("no node agent pod runs here (a taint it does not tolerate, or nodeAgent.nodeSelector)".into()),
+            Some(pod) => agent_verdict(pod, &plan, &events),
+        };
+        match verdict {
+            Ok(said) => say!("  node {name}: {said}"),
+            Err(said) => {
+                well = false;
+                say!("  node {name}: {said}");
+            }
+        }
+    }
+    well
+}
+
+/// What the agent on one node last told, checked against the plan: `Ok` when every planned address is configured.
+fn agent_verdict(pod: &Pod, plan: &NodePlan, events: &[Event]) -> Result<String, String> {
+    let pod_name = pod.name_any();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    if phase != "Running" {
+        return Err(format!("its node agent pod {pod_name} is {phase}, not Running"));
+    }
+    let latest = latest_told(&pod_name, events);
+    let configured = latest.get(Reason::HostsConfigured.as_str());
+    let missing: Vec<&str> = plan
+        .hosts
+        .iter()
+        .filter(|e| !configured.is_some_and(|note| note.contains(&format!("{} via {}", e.address, e.endpoint))))
+        .map(|e| e.address.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(format!("configured by {pod_name}"));
+    }
+    let mut said = format!("not configured for {} (agent {pod_name})", missing.join(", "));
+    for reason in [Reason::ForeignHostsFile, Reason::HostsFileFailed] {
+        if let Some(note) = latest.get(reason.as_str()) {
+            said.push_str(&format!("; {}: {note}", reason.as_str()));
+        }
+    }
+    Err(said)
+}
+
+/// The newest note per reason that the agent pod itself recorded about itself (its `reportingInstance` is its own
+/// name: anyone who may create Events could write others).
+fn latest_told<'a>(pod_name: &str, events: &'a [Event]) -> BTreeMap<&'a str, &'a str> {
+    let mut told: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some(keys::MANAGER))
+        .filter(|e| e.reporting_instance.as_deref() == Some(pod_name))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name))
+        .collect();
+    told.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    told.into_iter().filter_map(|e| Some((e.reason.as_deref()?, e.note.as_deref()?))).collect()
+}
