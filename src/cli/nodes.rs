@@ -49,9 +49,14 @@ pub async fn report(client: &Client, published: Option<&Published>, agents: Opti
     for node in &nodes {
         let name = node.name_any();
         let pod = pods.iter().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()));
-        let verdict = match pod {
-            None => Err("no node agent pod runs here (a taint it does not tolerate, or nodeAgent.nodeSelector)".into()),
-            Some(pod) => agent_verdict(pod, &plan, &events),
+        let runtime =
+            node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.container_runtime_version.as_str());
+        let verdict = match (unsupported(runtime.unwrap_or_default()), pod) {
+            (Some(why), _) => Err(why),
+            (None, None) => {
+                Err("no node agent pod runs here (a taint it does not tolerate, or nodeAgent.nodeSelector)".into())
+            }
+            (None, Some(pod)) => agent_verdict(pod, &plan, &events),
         };
         match verdict {
             Ok(said) => say!("  node {name}: {said}"),
@@ -62,6 +67,18 @@ pub async fn report(client: &Client, published: Option<&Published>, agents: Opti
         }
     }
     well
+}
+
+/// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd.
+fn unsupported(runtime: &str) -> Option<String> {
+    let (name, _) = runtime.split_once("://").unwrap_or((runtime, ""));
+    let instead = match name {
+        "containerd" => return None,
+        "docker" => "add the addresses to dockerd's insecure-registries (minikube: --insecure-registry 10.96.0.0/12)",
+        "cri-o" => "add them as insecure registries in /etc/containers/registries.conf.d",
+        _ => "configure its registries by its own means",
+    };
+    Some(format!("its runtime is {runtime:?}, which does not read containerd's hosts.toml: {instead}"))
 }
 
 /// What the agent on one node last told, checked against the plan: `Ok` when every planned address is configured.
@@ -102,4 +119,17 @@ fn latest_told<'a>(pod_name: &str, events: &'a [Event]) -> BTreeMap<&'a str, &'a
         .collect();
     told.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
     told.into_iter().filter_map(|e| Some((e.reason.as_deref()?, e.note.as_deref()?))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_containerd_reads_the_agents_files_and_the_others_are_told_what_to_do() {
+        assert_eq!(unsupported("containerd://2.4.2"), None);
+        assert!(unsupported("docker://27.3.1").is_some_and(|why| why.contains("insecure-registries")));
+        assert!(unsupported("cri-o://1.33.0").is_some_and(|why| why.contains("registries.conf.d")));
+        assert!(unsupported("").is_some_and(|why| why.contains("by its own means")));
+    }
 }
