@@ -38,7 +38,7 @@ image:
 ## bench: latency, memory and failover on the local control plane against a Go baseline; writes docs/benchmarks.md
 bench: tools
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
-	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover
+	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover --bench node_agent
 
 ## fuzz: the value grammar's properties (tests/grammar.rs) over many more generated inputs than make test runs
 fuzz:
