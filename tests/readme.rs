@@ -2,7 +2,8 @@
 //! read from README.md itself (never copied here), run with bash as written, and their output compared with what
 //! the README says they print. Only what a user brings is stood in for: the registry the Quick start assumes (the
 //! Service `registry/registry`, NodePort 5000 -> 30500), the image load of step 1 (`ctr import` on the node instead
-//! of `docker build` and `kind load`), and what kind's script and MicroK8s's addon create.
+//! of `docker build` and `kind load`), and what kind's and k3d's scripts and minikube's and MicroK8s's addons
+//! create.
 
 mod support;
 
@@ -101,12 +102,14 @@ fn as_written(what: &str, script: &str, home: &Path) -> String {
 /// Runs `script` until it succeeds with output containing every line of `expected` (the controller starts a few
 /// seconds after an install that does not wait); returns its output.
 async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &Path) -> String {
+    let started = std::time::Instant::now();
     let found = wait_until(SOON, || async {
         let output = shell(script, home);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         (output.status.success() && expected.iter().all(|line| stdout.contains(line.as_str()))).then_some(stdout)
     })
     .await;
+    println!("{what}: printed as the README says after {:.1} s", started.elapsed().as_secs_f64());
     found.unwrap_or_else(|| {
         let output = shell(script, home);
         panic!(
@@ -160,6 +163,23 @@ async fn scripted_configmap(client: &kube::Client, document: &str) {
     apply_in(client, "kube-public", configmap).await;
 }
 
+/// `block` as a user edits it for `cluster`: each value with a `# <cluster>: X` comment becomes X, and each
+/// `# <cluster> only:` line is uncommented.
+fn edited_for(cluster: &str, block: &str) -> String {
+    let (instead, only) = (format!("# {cluster}: "), format!("# {cluster} only: "));
+    let lines = block.lines().map(|line| {
+        if let Some((left, value)) = line.split_once(&instead) {
+            let (key, _) = left.split_once(": ").expect("a key: value line");
+            format!("{key}: {value}")
+        } else if let Some((indent, rest)) = line.split_once(&only) {
+            format!("{indent}{rest}")
+        } else {
+            line.to_string()
+        }
+    });
+    lines.map(|line| line + "\n").collect()
+}
+
 /// The row's install command, with the Quick start's command where the row writes `helm install ...`.
 fn install_command(row: &[String], quick_install: &str) -> String {
     let install = spans(&row[1]).into_iter().find(|s| s.starts_with("helm install ...")).expect("an install command");
@@ -175,7 +195,9 @@ const PUBLISHED: &str =
     "kubectl get configmap -n kube-public local-registry-hosting -o jsonpath='{.data.localRegistryHosting\\.v1}'";
 
 fn uninstall(home: &Path) {
+    let started = std::time::Instant::now();
     as_written("uninstall", &format!("helm uninstall {RELEASE} -n {RELEASE} --wait --timeout 180s"), home);
+    println!("helm uninstall took {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[tokio::test]
@@ -207,7 +229,7 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     steps += 1;
     uninstall(&home);
     // Each row is a cluster of its own: the Quick start's registry is not in it.
-    as_written("cleanup", "kubectl delete namespace registry --wait", &home);
+    as_written("cleanup", "kubectl delete service -n registry registry", &home);
 
     let per_cluster = section(&readme, "Per cluster");
 
@@ -229,6 +251,43 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
 
     // MicroK8s with its registry addon: a NodePort Service container-registry/registry at 32000, the addon's own
     // ConfigMap, and MicroK8s's label on the node.
+    // k3d: the same Service with the values its comments give for k3d, as a user edits it.
+    scripted_configmap(
+        &client,
+        "host: \"k3d-registry.localhost:5111\"\nhostFromContainerRuntime: \"k3d-registry:5000\"\n",
+    )
+    .await;
+    let k3d = row(&per_cluster, "k3d");
+    as_written("the k3d row's install", &install_command(&k3d, install), &home);
+    let edited = edited_for("k3d", service);
+    as_written("the ExternalName Service for k3d", &format!("kubectl apply -f - <<'EOF'\n{edited}EOF\n"), &home);
+    until_it_prints("the k3d row's document", PUBLISHED, &promised(&k3d), &home).await;
+    steps += 3;
+    uninstall(&home);
+    as_written("cleanup", "kubectl delete service -n kube-system k3d-registry", &home);
+
+    // minikube with its registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's
+    // hostPort 5000; the row's `<minikube ip>` is the node's address.
+    let proxy = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "registry-proxy"},
+        "spec": {"selector": {"matchLabels": {"registry-proxy": "true"}},
+            "template": {"metadata": {"labels": {"registry-proxy": "true"}}, "spec": {"containers": [{
+                "name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "args": ["registry", "serve", "--address", ":80"],
+                "ports": [{"name": "registry", "containerPort": 80, "hostPort": 5000}]}]}}}});
+    apply_in(&client, "kube-system", proxy).await;
+    let addon = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
+        "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
+    apply_in(&client, "kube-system", addon).await;
+    let minikube = row(&per_cluster, "minikube");
+    as_written("the minikube row's install", &install_command(&minikube, install), &home);
+    let node_ip = plane.real_node().expect("a real node").network().node_ip.to_string();
+    let expected: Vec<String> =
+        promised(&minikube).iter().map(|line| line.replace("<minikube ip>", &node_ip)).collect();
+    until_it_prints("the minikube row's document", PUBLISHED, &expected, &home).await;
+    steps += 2;
+    uninstall(&home);
+    as_written("cleanup", "kubectl delete -n kube-system service/registry daemonset/registry-proxy", &home);
+
     let node = plane.real_node().expect("a real node").name().to_string();
     ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster=true"]));
     nodeport_registry(&client, &crane, "container-registry", "registry", 32000).await;
