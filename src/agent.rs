@@ -63,7 +63,8 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
         uid: std::env::var("POD_UID").ok(),
         ..ObjectReference::default()
     };
-    // The plan while a (re)list is under way, and the plan in force once it has ended.
+    // The plan while a (re)list is under way, and the plan in force once it has ended; none (nothing is touched)
+    // until a plan was read.
     let mut listing: Option<NodePlan> = None;
     let mut plan: Option<NodePlan> = None;
     let mut last = Report::default();
@@ -71,11 +72,13 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
         tokio::select! {
             () = &mut shutdown => break,
             event = events.next() => match event {
-                Some(Ok(Event::Init)) => listing = Some(NodePlan::default()),
+                Some(Ok(Event::Init)) => listing = None,
                 Some(Ok(Event::InitApply(configmap))) => listing = read_plan(&configmap).or_else(|| plan.clone()),
                 Some(Ok(Event::InitDone)) => plan = listing.take().or(plan),
                 Some(Ok(Event::Apply(configmap))) => plan = read_plan(&configmap).or(plan),
-                Some(Ok(Event::Delete(_))) => plan = Some(NodePlan::default()),
+                // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears the
+                // node. A ConfigMap deleted by hand leaves the last plan in force.
+                Some(Ok(Event::Delete(_))) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
                 Some(Err(error)) => {
                     warn!(%error, "watching the node plan failed; retrying");
                     continue;
