@@ -152,10 +152,13 @@ fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgrou
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let deadline = Instant::now() + Duration::from_secs(60);
+    // The kernel destroys the veth pair asynchronously once the namespace's last reference is gone, so the host
+    // end may outlive the namespace's name by a moment on a loaded machine: wait for it too.
     let cleaned_up = || {
         node_pids.iter().all(|&pid| dead(pid))
             && !dir.exists()
             && !command_output("ip", &["netns", "list"]).contains(&netns)
+            && !command_output("ip", &["-o", "link"]).contains(&host_link)
     };
     while !cleaned_up() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
