@@ -25,6 +25,43 @@ pub fn exponential(cap: Duration) -> ExponentialBackoff {
         .into()
 }
 
+/// When a task's failed pass runs again: a failure arms it with the next delay, a success starts the delays over.
+pub struct RetryClock {
+    at: Option<tokio::time::Instant>,
+    delays: ExponentialBackoff,
+}
+
+impl RetryClock {
+    /// For passes that write: delays up to [`WRITE_CAP`].
+    pub fn for_writes() -> Self {
+        Self { at: None, delays: exponential(WRITE_CAP) }
+    }
+
+    /// Completes when the retry is due; never while nothing failed.
+    pub async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A pass starts: whatever it was retrying for, it runs now.
+    pub fn disarm(&mut self) {
+        self.at = None;
+    }
+
+    pub fn succeeded(&mut self) {
+        self.delays.reset();
+    }
+
+    /// Arms the clock; returns how long until the retry.
+    pub fn failed(&mut self) -> Duration {
+        let after = self.delays.next().unwrap_or(WRITE_CAP);
+        self.at = Some(tokio::time::Instant::now() + after);
+        after
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

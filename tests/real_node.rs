@@ -152,6 +152,13 @@ fn registry_pod_spec(port: i32, host_port: Option<i32>) -> serde_json::Value {
     })
 }
 
+/// A plain-HTTP registry Deployment `registry` (pods labelled `app=registry`) serving on port 5000.
+fn registry_deployment() -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}})
+}
+
 /// The KEP flow against whatever is published now: push to `host` from `push_from_node`'s side, run a pod from
 /// the runtime host, and list the registry from a pod through the cluster network.
 /// Each flow pushes an image of its own (see `own_image`), named `kep/<name>:1`.
@@ -234,10 +241,7 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
         ]
     })
     .await;
-    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
-    apply_in(&client, &ns, registry).await;
+    apply_in(&client, &ns, registry_deployment()).await;
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
         "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
@@ -714,10 +718,7 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
     std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
 
     // A ClusterIP registry as Camel K and in-cluster builders use it: pods name it by its cluster DNS name.
-    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}});
-    apply_in(&client, &ns, registry).await;
+    apply_in(&client, &ns, registry_deployment()).await;
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
         "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});

@@ -33,50 +33,30 @@ pub trait Tell: Send + Sync + 'static {
     fn message(&self) -> &str;
 }
 
-impl Tell for crate::publish::Notice {
-    fn regarding(&self) -> &ObjectReference {
-        &self.regarding
-    }
-    fn reason(&self) -> &'static str {
-        self.reason.as_str()
-    }
-    fn warning(&self) -> bool {
-        self.reason.warning()
-    }
-    fn message(&self) -> &str {
-        &self.message
-    }
+/// Every concern's notice has the same shape: the object, a reason enum, the message.
+macro_rules! tell_by_reason {
+    ($notice:ty, $warning:expr) => {
+        impl Tell for $notice {
+            fn regarding(&self) -> &ObjectReference {
+                &self.regarding
+            }
+            fn reason(&self) -> &'static str {
+                self.reason.as_str()
+            }
+            fn warning(&self) -> bool {
+                $warning(self)
+            }
+            fn message(&self) -> &str {
+                &self.message
+            }
+        }
+    };
 }
 
-impl Tell for crate::pull::Notice {
-    fn regarding(&self) -> &ObjectReference {
-        &self.regarding
-    }
-    fn reason(&self) -> &'static str {
-        self.reason.as_str()
-    }
-    fn warning(&self) -> bool {
-        true
-    }
-    fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl Tell for crate::node::Notice {
-    fn regarding(&self) -> &ObjectReference {
-        &self.regarding
-    }
-    fn reason(&self) -> &'static str {
-        self.reason.as_str()
-    }
-    fn warning(&self) -> bool {
-        self.reason.warning()
-    }
-    fn message(&self) -> &str {
-        &self.message
-    }
-}
+tell_by_reason!(crate::publish::Notice, |n: &crate::publish::Notice| n.reason.warning());
+// Every pull notice is a problem in some namespace.
+tell_by_reason!(crate::pull::Notice, |_: &crate::pull::Notice| true);
+tell_by_reason!(crate::node::Notice, |n: &crate::node::Notice| n.reason.warning());
 
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;

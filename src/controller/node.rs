@@ -3,7 +3,6 @@
 //! writes only when the plan changed, and retries on its own clock, so the ConfigMap path never waits for it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -13,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{error, info};
 
 use super::{Context, Error, Handoff};
-use crate::backoff::{self, Backoff};
+use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
 use crate::keys::MANAGER;
 use crate::node::{self, NodePlan, PLAN_KEY};
@@ -48,23 +47,20 @@ impl NodePlanner {
         let health = self.context.health.clone();
         health.start(Task::NodePlan);
         health.set_synced(Task::NodePlan, true);
-        let mut retry_at: Option<Instant> = None;
-        let mut retry = backoff::exponential(backoff::WRITE_CAP);
+        let mut retry = RetryClock::for_writes();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
-            let far = Instant::now() + Duration::from_secs(3600);
-            let timer = tokio::time::sleep_until(retry_at.unwrap_or(far));
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
                 Ok(()) = self.published.changed() => "published",
-                () = timer, if retry_at.is_some() => "retry",
+                () = retry.due() => "retry",
                 Ok(()) = self.context.leading.changed() => "leadership",
                 _ = heartbeat.tick() => {
                     health.beat(Task::NodePlan, true);
                     continue;
                 }
             };
-            retry_at = None;
+            retry.disarm();
             let Handoff::Decided(published) = self.published.borrow().clone() else {
                 continue;
             };
@@ -75,12 +71,11 @@ impl NodePlanner {
             let outcome = self.keep(node::plan(published.as_deref())).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
             match outcome {
-                Ok(()) => retry.reset(),
+                Ok(()) => retry.succeeded(),
                 Err(error) => {
-                    let after = retry.next().unwrap_or(backoff::WRITE_CAP);
+                    let after = retry.failed();
                     self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
                     error!(%error, trigger, reason = error.metric_label(), retry_in = ?after, "the node plan was not written");
-                    retry_at = Some(Instant::now() + after);
                 }
             }
         }

@@ -5,7 +5,6 @@
 mod writer;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -14,7 +13,7 @@ use tracing::{Instrument, debug, error, info, info_span};
 use super::events::EventLog;
 use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
-use crate::backoff::{self, Backoff};
+use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
 use crate::publish::Published;
 use crate::pull::{self, Interest, Notice, Observed, pull_watch_sets};
@@ -74,24 +73,21 @@ impl PullDistributor {
         futures::pin_mut!(shutdown);
         let health = self.context.health.clone();
         health.start(Task::PullSecrets);
-        let mut retry_at: Option<Instant> = None;
-        let mut retry = backoff::exponential(backoff::WRITE_CAP);
+        let mut retry = RetryClock::for_writes();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
-            let far = Instant::now() + Duration::from_secs(3600);
-            let timer = tokio::time::sleep_until(retry_at.unwrap_or(far));
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
                 () = self.signals.changed.notified() => "change",
                 Ok(()) = self.published.changed() => "published",
-                () = timer, if retry_at.is_some() => "retry",
+                () = retry.due() => "retry",
                 Ok(()) = self.context.leading.changed() => "leadership",
                 _ = heartbeat.tick() => {
                     health.beat(Task::PullSecrets, self.watches.alive());
                     continue;
                 }
             };
-            retry_at = None;
+            retry.disarm();
             let Handoff::Decided(published) = self.published.borrow().clone() else {
                 // Until the publisher has decided, nothing is known about what readers see: nothing is withdrawn.
                 continue;
@@ -113,12 +109,11 @@ impl PullDistributor {
             let outcome = self.reconcile(published.as_deref(), &observed).instrument(span).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
             match outcome {
-                Ok(()) => retry.reset(),
+                Ok(()) => retry.succeeded(),
                 Err(error) => {
-                    let after = retry.next().unwrap_or(backoff::WRITE_CAP);
+                    let after = retry.failed();
                     self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
                     error!(%error, reason = error.metric_label(), retry_in = ?after, "pull Secret distribution failed");
-                    retry_at = Some(Instant::now() + after);
                 }
             }
         }
