@@ -54,9 +54,15 @@ fn the_chart_lints_strictly_and_renders_with_default_and_custom_values() {
         "kind: PodDisruptionBudget",
         "kind: ServiceMonitor",
         "name: lrp-local-registry-publisher-leader",
+        "unhealthyPodEvictionPolicy: AlwaysAllow",
+        "podAntiAffinity:",
     ] {
         assert!(rendered.contains(expected), "custom values render {expected:?}:\n{rendered}");
     }
+    let floor = ok(tool("helm", &["template", "lrp", &chart(), "-f", &custom, "--kube-version", "1.26.0"]));
+    assert!(!floor.contains("unhealthyPodEvictionPolicy"), "a 1.26 API server does not serve the field:\n{floor}");
+    let single = ok(tool("helm", &["template", "lrp", &chart()]));
+    assert!(!single.contains("podAntiAffinity"), "one replica needs no anti-affinity:\n{single}");
     let args = controller_args(&rendered);
     for expected in [
         "--leader-elect",
@@ -159,7 +165,10 @@ fn the_chart_follows_helm_conventions_names_labels_digest_and_tunable_pod_settin
     assert!(deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"].is_null(), "immutable");
     let job = &rendered_objects(&defaults, "Job")[0];
     assert_eq!(job["metadata"]["labels"]["app.kubernetes.io/component"], "uninstall-hook");
-    assert_eq!(pod["spec"]["containers"][0]["image"], "local-registry-publisher:0.1.0");
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        format!("local-registry-publisher:{}", env!("CARGO_PKG_VERSION"))
+    );
     assert_eq!(pod["spec"]["securityContext"]["runAsUser"], 65532, "defaults unchanged");
     assert_eq!(pod["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"], "/healthz");
 
@@ -266,6 +275,9 @@ async fn the_rendered_manifests_pass_a_server_side_dry_run() {
     plane.namespace(&client, "dryrun").await.unwrap();
     let namespace = ok(tool("kubectl", &["get", "ns", "-o", "name"]));
     let ns = namespace.lines().find_map(|l| l.strip_prefix("namespace/").filter(|n| n.starts_with("dryrun-"))).unwrap();
+    // Rendered for the version the cluster runs, as `helm install` renders: fields the chart gates on the version
+    // (the PodDisruptionBudget's unhealthyPodEvictionPolicy) must be accepted, or left out, on every tested minor.
+    let minor = testbed::KubeVersion::from_env().unwrap().minor;
     let rendered = ok(tool(
         "helm",
         &[
@@ -274,6 +286,8 @@ async fn the_rendered_manifests_pass_a_server_side_dry_run() {
             &chart(),
             "-n",
             ns,
+            "--kube-version",
+            &format!("{minor}.0"),
             "--set",
             "leaderElection.enabled=true,replicaCount=2,podDisruptionBudget.enabled=true",
         ],
