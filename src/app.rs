@@ -152,6 +152,13 @@ pub async fn run(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[cfg(not(target_os = "linux"))]
+async fn node_agent(_: Client, _: &crate::config::NodeAgentArgs) -> ExitCode {
+    error!("the node agent writes a Linux node's containerd configuration; this build is for another system");
+    ExitCode::FAILURE
+}
+
+#[cfg(target_os = "linux")]
 async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> ExitCode {
     let settings = crate::agent::AgentSettings {
         namespace: pod::namespace(),
@@ -236,7 +243,14 @@ async fn client(args: &ClusterArgs) -> Result<Client, Error> {
     Ok(Client::try_from(config)?)
 }
 
+/// Completes on Ctrl-C (the CLI's commands on a laptop that is not Unix).
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// Completes on SIGTERM or SIGINT.
+#[cfg(unix)]
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {

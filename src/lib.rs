@@ -26,6 +26,8 @@
 // there alone.
 #![deny(unsafe_code)]
 
+// The node agent writes a Linux node's containerd configuration; the CLI also builds for macOS and Windows.
+#[cfg(target_os = "linux")]
 pub mod agent;
 pub mod app;
 pub mod backoff;

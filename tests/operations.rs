@@ -285,7 +285,7 @@ async fn registries_share_watches_so_watches_do_not_grow_with_them() {
     let registry = |i: usize| {
         // Each selects its own pods (none run, so they are not ready); every tenth is selector-less, ready with no
         // pods to wait for, and has EndpointSlices of its own if any.
-        let spec = if i % 10 == 0 {
+        let spec = if i.is_multiple_of(10) {
             json!({"ports": [{"port": 5000}]})
         } else {
             json!({"selector": {"app": format!("registry-{i:02}")}, "ports": [{"port": 5000}]})
