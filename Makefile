@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up up-node manifests image fuzz mutants install
+.PHONY: demo test bench lint tools up up-node manifests image dist version fuzz mutants install
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -30,10 +30,25 @@ install:
 	ln -sf local-registry-publisher "$(DESTDIR)$(PREFIX)/bin/kubectl-registry_hosting"
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "[install] add $(PREFIX)/bin to PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
-## image: the controller's OCI image from the release binary, without a Docker engine (target/image/)
+## image: the controller's OCI image from the release binary, without a Docker engine (target/image/). ARCH is the
+## image's architecture (amd64, arm64) and must be this machine's: the release builds each on its own runner, as no
+## cross standard library is installed here. SOURCE_URL (default: the git remote "origin") and the commit annotate it.
+HOST_ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(shell uname -m)))
+ARCH ?= $(HOST_ARCH)
+SOURCE_URL ?= $(shell git remote get-url origin 2>/dev/null)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)
 image:
+	@[ "$(ARCH)" = "$(HOST_ARCH)" ] || { echo "make image ARCH=$(ARCH): this machine builds $(HOST_ARCH) only; build $(ARCH) on a $(ARCH) machine (docs/development.md)" >&2; exit 2; }
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
-	$(CARGO) run --quiet -p testbed -- image target/release/local-registry-publisher target/image
+	$(CARGO) run --quiet -p testbed -- image target/release/local-registry-publisher target/image --arch $(ARCH) \
+	  $(if $(REVISION),--annotation org.opencontainers.image.revision=$(REVISION)) \
+	  $(if $(SOURCE_URL),--annotation org.opencontainers.image.source=$(SOURCE_URL))
+
+## dist: the release artifacts for the crate's version in target/dist: the packaged chart, the image as an OCI
+## layout archive, the CLI archive, a CycloneDX SBOM and SHA256SUMS (hack/dist.sh; IMAGE_REPOSITORY sets the
+## packaged chart's default image, as the release workflow does)
+dist: tools image
+	hack/dist.sh all target/dist
 
 ## bench: latency, memory and failover on the local control plane against a Go baseline; writes docs/benchmarks.md
 bench: tools
@@ -54,10 +69,19 @@ mutants:
 	  $(foreach f,$(MUTANTS_FILES),--file '$(f)') --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
 	  --cargo-arg=--lib --cargo-arg=--test=grammar --output target/mutants
 
-## lint: formatting and clippy, as CI runs them
-lint:
+## lint: formatting, clippy, every dependency's license and RustSec advisories (cargo-deny, deny.toml), and the
+## GitHub workflows (actionlint, with shellcheck over their scripts), as CI runs them
+DENY_VERSION := 0.20.2
+lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	hack/deny.sh "$$(hack/cargo-tool.sh cargo-deny $(DENY_VERSION))"
+	"$$(hack/tools.sh --dir)/actionlint" -shellcheck "$$(command -v shellcheck)"
+
+## version: move the crate, the chart, the manifests, the Dockerfile and the CHANGELOG to VERSION (hack/version.sh)
+version:
+	@[ -n "$(VERSION)" ] || { echo "usage: make version VERSION=x.y.z" >&2; exit 2; }
+	hack/version.sh $(VERSION)
 
 ## manifests: render deploy/ from the chart's default values and the chart's README from values.yaml (tests fail when either is stale)
 manifests: tools

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane and the tests' authenticating registry, CoreDNS) into a cache outside the work tree, after installing the
-# Debian packages they need.
+# crane and the tests' authenticating registry, CoreDNS, actionlint) into a cache outside the work tree, after
+# installing the Debian packages they need.
 #
 #   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir      print that directory only (exit 1 when something is not built yet)
@@ -45,11 +45,13 @@ tools() {
   echo "cni|$(module_version cni github.com/containernetworking/plugins)|bridge=$p/main/bridge host-local=$p/ipam/host-local loopback=$p/main/loopback portmap=$p/meta/portmap"
   echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane authregistry=local-registry-publisher/tools/crane/authregistry"
   echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
+  echo "actionlint|$(module_version actionlint github.com/rhysd/actionlint)|actionlint=github.com/rhysd/actionlint/cmd/actionlint"
 }
 
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
-# portmap plugin program iptables. Installed here so the README's two commands stay the only set-up.
-debian_packages="libseccomp-dev pkg-config iptables"
+# portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`).
+# Installed here so the README's two commands stay the only set-up.
+debian_packages="libseccomp-dev pkg-config iptables shellcheck"
 ensure_debian_packages() {
   local missing=() pkg
   for pkg in $debian_packages; do

@@ -33,6 +33,10 @@ pub struct ImageSpec {
     pub user: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub exposed_ports: Vec<String>,
+    /// The image's architecture (`amd64`, `arm64`); empty means `amd64`. The files must be built for it.
+    pub architecture: String,
+    /// `org.opencontainers.image.*` annotations on the manifest and on its descriptor in the index.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// An image written as an OCI layout directory and as an archive of it.
@@ -62,8 +66,9 @@ impl ImageSpec {
         let layer = gz.finish()?;
         let layer_digest = put_blob(&blobs, &layer)?;
 
+        let architecture = if self.architecture.is_empty() { "amd64" } else { self.architecture.as_str() };
         let config = serde_json::to_vec(&json!({
-            "architecture": "amd64",
+            "architecture": architecture,
             "os": "linux",
             "created": "1970-01-01T00:00:00Z",
             "config": {
@@ -84,10 +89,15 @@ impl ImageSpec {
             "mediaType": MANIFEST_TYPE,
             "config": {"mediaType": CONFIG_TYPE, "digest": format!("sha256:{config_digest}"), "size": config.len()},
             "layers": [{"mediaType": LAYER_TYPE, "digest": format!("sha256:{layer_digest}"), "size": layer.len()}],
+            "annotations": self.annotations,
         }))
         .map_err(std::io::Error::other)?;
         let manifest_digest = put_blob(&blobs, &manifest)?;
         let tag = self.name.rsplit_once(':').map(|(_, tag)| tag).unwrap_or("latest");
+        let mut descriptor_annotations = self.annotations.clone();
+        // containerd names the image after the first; registries and crane read the second.
+        descriptor_annotations.insert("io.containerd.image.name".into(), self.name.clone());
+        descriptor_annotations.insert("org.opencontainers.image.ref.name".into(), tag.into());
         let index = json!({
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -95,8 +105,8 @@ impl ImageSpec {
                 "mediaType": MANIFEST_TYPE,
                 "digest": format!("sha256:{manifest_digest}"),
                 "size": manifest.len(),
-                // containerd names the image after the first; registries and crane read the second.
-                "annotations": {"io.containerd.image.name": self.name, "org.opencontainers.image.ref.name": tag},
+                "platform": {"architecture": architecture, "os": "linux"},
+                "annotations": descriptor_annotations,
             }],
         });
         std::fs::write(layout.join("index.json"), serde_json::to_vec(&index).map_err(std::io::Error::other)?)?;
@@ -221,8 +231,15 @@ pub fn pause(dir: &Path) -> Result<Image, Error> {
 }
 
 /// The controller's image as the Dockerfile describes it (user, entrypoint, port, labels), with the release
-/// binary and exactly the shared libraries it links in place of the distroless base.
-pub fn controller(binary: &Path, dir: &Path, version: &str) -> Result<Image, Error> {
+/// binary and exactly the shared libraries it links in place of the distroless base. `annotations` are the build's
+/// own facts (`org.opencontainers.image.revision`, `.source`); the version and licenses are added here.
+pub fn controller(
+    binary: &Path,
+    dir: &Path,
+    version: &str,
+    architecture: &str,
+    annotations: BTreeMap<String, String>,
+) -> Result<Image, Error> {
     std::fs::create_dir_all(dir)?;
     let entrypoint = "/usr/local/bin/local-registry-publisher";
     let mut files = vec![(entrypoint.to_string(), binary.to_path_buf())];
@@ -238,13 +255,22 @@ pub fn controller(binary: &Path, dir: &Path, version: &str) -> Result<Image, Err
         ("org.opencontainers.image.licenses", "Apache-2.0"),
         ("org.opencontainers.image.version", version),
     ];
+    let labels: BTreeMap<String, String> = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut annotations = annotations;
+    for key in
+        ["org.opencontainers.image.title", "org.opencontainers.image.licenses", "org.opencontainers.image.version"]
+    {
+        annotations.insert(key.into(), labels[key].clone());
+    }
     ImageSpec {
         name: format!("docker.io/library/local-registry-publisher:{version}"),
         files,
         entrypoint: vec![entrypoint.into()],
         user: Some("65532:65532".into()),
-        labels: labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        labels,
         exposed_ports: vec!["8080/tcp".into()],
+        architecture: architecture.into(),
+        annotations,
         ..ImageSpec::default()
     }
     .write(dir, "local-registry-publisher")

@@ -12,7 +12,7 @@ pub mod image;
 pub mod node;
 mod pki;
 mod process;
-mod tools;
+pub mod tools;
 pub mod values_docs;
 
 use std::collections::BTreeMap;

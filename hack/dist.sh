@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Release artifacts for the crate's version, built on this machine (`make dist`) and by the release workflow on each
+# architecture's own runner (.github/workflows/release.yml), so that both take the same path.
+#
+#   hack/dist.sh all <dir>                     everything below for this machine's architecture, then SHA256SUMS
+#   hack/dist.sh chart <dir> [image repository] the packaged chart; its default image.repository is the argument
+#   hack/dist.sh image <dir>                   the controller image as an OCI layout archive (needs `make image`)
+#   hack/dist.sh cli <dir>                     the CLI as <name>-<version>-<os>-<arch>.tar.gz (needs a release build)
+#   hack/dist.sh sbom <dir>                    a CycloneDX SBOM of the crates in the controller binary
+#   hack/dist.sh sums <dir>                    SHA256SUMS of every file in <dir>
+#   hack/dist.sh krew <dir> <download base URL> a krew plugin manifest for the CLI archives in <dir>/SHA256SUMS
+#   hack/dist.sh notes                         this version's CHANGELOG section
+#
+# IMAGE_REPOSITORY is where the release pushes the image (the workflow: ghcr.io/<owner>/<repository>); the chart
+# packaged from a checkout defaults to the local image `make image` builds.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+name=local-registry-publisher
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n1)
+case $(uname -m) in x86_64) arch=amd64 ;; aarch64 | arm64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+case $(uname -s) in Linux) os=linux ;; Darwin) os=darwin ;; MINGW* | MSYS* | CYGWIN*) os=windows ;; *) os=unknown ;; esac
+
+say() { echo "[dist] $*" >&2; }
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+chart() {
+  local out=$1 repository=${2:-${IMAGE_REPOSITORY:-}} stage="$scratch/chart"
+  mkdir -p "$stage" && cp -r "$root/charts/$name" "$stage/"
+  if [ -n "$repository" ]; then
+    # The one line values.yaml marks as the release's image; anything else would be a silent no-op.
+    grep -q '^  repository: .* # release: image repository$' "$stage/$name/values.yaml" ||
+      { say "charts/$name/values.yaml has no line marked '# release: image repository'"; return 1; }
+    sed -i "s|^  repository: .* # release: image repository$|  repository: $repository # release: image repository|" \
+      "$stage/$name/values.yaml"
+  fi
+  "$("$root/hack/tools.sh" --dir)/helm" package "$stage/$name" --destination "$out" >/dev/null
+  say "chart: $out/$name-$version.tgz (image ${repository:-$name, the local build})"
+}
+
+image() {
+  local out=$1 layout="$root/target/image/$name.tar"
+  [ -f "$layout" ] || { say "$layout is missing: run 'make image' first"; return 1; }
+  cp "$layout" "$out/$name-$version-image-linux-$arch.oci.tar"
+  say "image: $out/$name-$version-image-linux-$arch.oci.tar"
+}
+
+# The CLI for its users' laptops: the binary under its own name and under kubectl's plugin name (README "kubectl
+# plugin"; a symbolic link, a copy on Windows), the license and the README; a .zip on Windows, a .tar.gz elsewhere.
+cli() {
+  local out=$1 exe="" stage file
+  [ "$os" = windows ] && exe=.exe
+  local binary="$root/target/release/$name$exe"
+  [ -x "$binary" ] || { say "$binary is missing: run 'cargo build --release' first"; return 1; }
+  stage="$scratch/cli"
+  mkdir -p "$stage"
+  cp "$binary" "$root/LICENSE" "$root/README.md" "$stage/"
+  if [ "$os" = windows ]; then
+    cp "$binary" "$stage/kubectl-registry_hosting$exe"
+    file="$name-$version-$os-$arch.zip"
+    (cd "$stage" && 7z a -tzip -bd "$out/$file" . >/dev/null)
+  else
+    ln -s "$name" "$stage/kubectl-registry_hosting"
+    file="$name-$version-$os-$arch.tar.gz"
+    # Reproducible where tar is GNU tar (Linux); macOS's bsdtar has no such options.
+    local same=()
+    tar --version 2>/dev/null | grep -q 'GNU tar' && same=(--sort=name --owner=0 --group=0 --mtime=@0)
+    tar "${same[@]}" -C "$stage" -czf "$out/$file" .
+  fi
+  say "cli: $out/$file"
+}
+
+# A krew plugin manifest (kubectl registry-hosting) for the CLI archives listed in <dir>/SHA256SUMS, downloaded from
+# <base URL> (the workflow: https://github.com/<owner>/<repository>/releases/download/v<version>).
+krew() {
+  local out=$1 base=$2 file sum platform goos goarch bin
+  [ -f "$out/SHA256SUMS" ] || { say "$out/SHA256SUMS is missing: run 'hack/dist.sh sums $out' first"; return 1; }
+  cat <<YAML
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: registry-hosting
+spec:
+  version: "v$version"
+  homepage: ${base%/releases/download/*}
+  shortDescription: Show and check the cluster's local registry (KEP-1755)
+  description: |
+    Reads kube-public/local-registry-hosting as Tilt, Skaffold, ctlptl and in-cluster builders do: get shows what
+    each of them would use, doctor checks that every published address answers, render writes the ConfigMap.
+  platforms:
+YAML
+  local found=0
+  while read -r sum file; do
+    platform=${file#"$name-$version-"}
+    case $platform in *.tar.gz) platform=${platform%.tar.gz} ;; *.zip) platform=${platform%.zip} ;; *) continue ;; esac
+    case $platform in image-*) continue ;; esac
+    # krew links kubectl-registry_hosting to `bin`; the program knows it runs as the plugin by that name. Windows
+    # has no links there, so its archive carries a copy under the plugin's name.
+    goos=${platform%-*} goarch=${platform#*-} bin=$name
+    [ "$goos" = windows ] && bin=kubectl-registry_hosting.exe
+    found=$((found + 1))
+    cat <<YAML
+    - selector:
+        matchLabels:
+          os: $goos
+          arch: $goarch
+      uri: "$base/$file"
+      sha256: "$sum"
+      bin: $bin
+      files:
+        - from: $bin
+          to: .
+        - from: LICENSE
+          to: .
+YAML
+  done <"$out/SHA256SUMS"
+  [ $found -gt 0 ] || { say "no CLI archives in $out/SHA256SUMS"; return 1; }
+}
+
+# The CHANGELOG section of this version: the GitHub release's notes.
+notes() {
+  awk -v v="$version" '
+    $0 ~ "^## \\[" v "\\]" { on = 1; next }
+    on && /^## \[/ { exit }
+    on { print }' "$root/CHANGELOG.md" | sed -e '/./,$!d'
+}
+
+sbom() {
+  local out=$1 cyclonedx
+  cyclonedx=$("$root/hack/cargo-tool.sh" cargo-cyclonedx 0.5.9)
+  # Normal dependencies of the binary's package only: what ships, not the tests' or the workspace's tools.
+  (cd "$root" && "$cyclonedx" cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
+    --no-build-deps --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$name-sbom" >/dev/null)
+  mv "$root/$name-sbom.json" "$out/$name-$version.cdx.json"
+  rm -f "$root/testbed/$name-sbom.json"
+  say "sbom: $out/$name-$version.cdx.json"
+}
+
+sums() {
+  local out=$1
+  (cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
+  say "checksums: $out/SHA256SUMS"
+}
+
+main() {
+  local command=${1:-} out=${2:-}
+  [ "$command" = notes ] && { notes; return; }
+  [ -n "$command" ] && [ -n "$out" ] || { sed -n '4,14p' "$0" >&2; exit 2; }
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  case $command in
+    all)
+      rm -f "$out"/*
+      chart "$out"; image "$out"; cli "$out"; sbom "$out"; sums "$out"
+      (cd "$out" && ls -l --block-size=K | tail -n +2 | awk '{ printf "[dist]   %8s  %s\n", $5, $9 }') >&2 ;;
+    chart) chart "$out" "${3:-}" ;;
+    krew) krew "$out" "${3:?hack/dist.sh krew <dir> <download base URL>}" ;;
+    image | cli | sbom | sums) "$command" "$out" ;;
+    *) sed -n '4,14p' "$0" >&2; exit 2 ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,263 @@
+//! The release path as far as this machine can run it (the workflow in .github/workflows/release.yml is thin over
+//! these commands): `hack/dist.sh` writes complete, checksummed artifacts from what `make test` builds, a krew
+//! manifest for the CLI archives, the CHANGELOG section; `hack/version.sh` moves every place the version lives;
+//! the workflows pin every action by commit. Installing from a registry is in tests/real_node.rs.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const NAME: &str = "local-registry-publisher";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn run(command: &mut Command) -> String {
+    let output: Output = command.output().unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{command:?} failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lrp-release-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn helm() -> PathBuf {
+    testbed::tools::bin_dir().expect("the tools are built (make test builds them)").join("helm")
+}
+
+/// The files of a tar archive (gzipped or not), by path.
+fn tar_files(bytes: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    let mut plain = Vec::new();
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(bytes).read_to_end(&mut plain).expect("gzip");
+    } else {
+        plain = bytes.to_vec();
+    }
+    let mut archive = tar::Archive::new(plain.as_slice());
+    let mut files = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        let path = path.trim_start_matches("./").to_string();
+        let mut data = Vec::new();
+        if let Some(target) = entry.link_name().unwrap() {
+            data = format!("-> {}", target.display()).into_bytes();
+        } else {
+            entry.read_to_end(&mut data).unwrap();
+        }
+        files.insert(path, data);
+    }
+    files
+}
+
+#[test]
+fn dist_writes_every_artifact_checksummed_annotated_and_described() {
+    let out = scratch("dist");
+    let image = root().join("target/image").join(format!("{NAME}.tar"));
+    assert!(image.exists(), "{} is missing: run `make image` (make test does)", image.display());
+    run(Command::new(root().join("hack/dist.sh")).arg("all").arg(&out));
+
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let expected = [
+        "SHA256SUMS".to_string(),
+        format!("{NAME}-{VERSION}-image-linux-amd64.oci.tar"),
+        format!("{NAME}-{VERSION}-linux-amd64.tar.gz"),
+        format!("{NAME}-{VERSION}.cdx.json"),
+        format!("{NAME}-{VERSION}.tgz"),
+    ];
+    assert_eq!(names, expected);
+    let verified = run(Command::new("sha256sum").arg("--check").arg("SHA256SUMS").current_dir(&out));
+    assert_eq!(verified.lines().filter(|l| l.ends_with(": OK")).count(), 4, "{verified}");
+
+    // The image: one linux/amd64 manifest, annotated with what it is and where it comes from.
+    let layout = tar_files(&std::fs::read(out.join(&expected[1])).unwrap());
+    let index: Value = serde_json::from_slice(&layout["index.json"]).unwrap();
+    let descriptor = &index["manifests"][0];
+    assert_eq!(descriptor["platform"], serde_json::json!({"architecture": "amd64", "os": "linux"}));
+    let digest = descriptor["digest"].as_str().unwrap().strip_prefix("sha256:").unwrap();
+    let manifest: Value = serde_json::from_slice(&layout[&format!("blobs/sha256/{digest}")]).unwrap();
+    let annotations = &manifest["annotations"];
+    assert_eq!(annotations["org.opencontainers.image.version"], VERSION);
+    assert_eq!(annotations["org.opencontainers.image.licenses"], "Apache-2.0");
+    let head = Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root()).output().unwrap();
+    if head.status.success() {
+        let revision = String::from_utf8_lossy(&head.stdout).trim().to_string();
+        assert_eq!(annotations["org.opencontainers.image.revision"], revision.as_str(), "{annotations}");
+    }
+
+    // The chart, at the crate's version, defaulting to the local image when no repository is given.
+    let chart = tar_files(&std::fs::read(out.join(&expected[4])).unwrap());
+    let chart_yaml = String::from_utf8_lossy(&chart[&format!("{NAME}/Chart.yaml")]).into_owned();
+    assert!(chart_yaml.contains(&format!("\nversion: {VERSION}\n")), "{chart_yaml}");
+    let values = String::from_utf8_lossy(&chart[&format!("{NAME}/values.yaml")]).into_owned();
+    assert!(values.contains(&format!("  repository: {NAME} # release: image repository")), "{values}");
+
+    // The CLI: the binary, kubectl's name for it, the license.
+    let cli = tar_files(&std::fs::read(out.join(&expected[2])).unwrap());
+    assert_eq!(
+        cli.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["", "LICENSE", "README.md", "kubectl-registry_hosting", NAME]
+    );
+    assert_eq!(cli["kubectl-registry_hosting"], format!("-> {NAME}").into_bytes());
+    assert_eq!(cli[NAME], std::fs::read(root().join("target/release").join(NAME)).unwrap());
+
+    // The SBOM: CycloneDX, the shipped crates only (no test tools).
+    let sbom: Value = serde_json::from_slice(&std::fs::read(out.join(&expected[3])).unwrap()).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["metadata"]["component"]["name"], NAME);
+    let components: Vec<&str> =
+        sbom["components"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    for shipped in ["kube", "tokio", "rustls", "k8s-openapi"] {
+        assert!(components.contains(&shipped), "{shipped} is in the SBOM: {components:?}");
+    }
+    for test_only in ["testbed", "proptest", "tar", "rcgen"] {
+        assert!(!components.contains(&test_only), "{test_only} is a test dependency, not shipped");
+    }
+    eprintln!("SBOM: {} components", components.len());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn a_release_chart_defaults_to_the_image_the_release_pushed() {
+    let out = scratch("chart");
+    run(Command::new(root().join("hack/dist.sh")).arg("chart").arg(&out).arg("ghcr.io/someone/some-fork"));
+    let chart = tar_files(&std::fs::read(out.join(format!("{NAME}-{VERSION}.tgz"))).unwrap());
+    let values = String::from_utf8_lossy(&chart[&format!("{NAME}/values.yaml")]).into_owned();
+    assert!(values.contains("  repository: ghcr.io/someone/some-fork # release: image repository"), "{values}");
+    let rendered = run(Command::new(helm()).arg("template").arg("x").arg(out.join(format!("{NAME}-{VERSION}.tgz"))));
+    assert!(rendered.contains(&format!("image: \"ghcr.io/someone/some-fork:{VERSION}\"")), "{rendered}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn the_krew_manifest_names_every_cli_archive_with_its_checksum() {
+    let out = scratch("krew");
+    let platforms = ["darwin-amd64", "darwin-arm64", "linux-amd64", "linux-arm64"];
+    let mut sums = String::new();
+    for (i, platform) in platforms.iter().enumerate() {
+        sums += &format!("{:064x}  {NAME}-{VERSION}-{platform}.tar.gz\n", i + 1);
+    }
+    sums += &format!("{:064x}  {NAME}-{VERSION}-windows-amd64.zip\n", 9);
+    sums += &format!("{:064x}  {NAME}-{VERSION}-image-linux-amd64.oci.tar\n", 10);
+    sums += &format!("{:064x}  {NAME}-{VERSION}.tgz\n", 11);
+    std::fs::write(out.join("SHA256SUMS"), sums).unwrap();
+    let base = "https://github.com/someone/some-fork/releases/download/v1";
+    let yaml = run(Command::new(root().join("hack/dist.sh")).arg("krew").arg(&out).arg(base));
+    let manifest: Value = serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    assert_eq!(manifest["metadata"]["name"], "registry-hosting");
+    assert_eq!(manifest["spec"]["version"], format!("v{VERSION}"));
+    assert_eq!(manifest["spec"]["homepage"], "https://github.com/someone/some-fork");
+    let entries = manifest["spec"]["platforms"].as_array().unwrap();
+    assert_eq!(entries.len(), 5, "the CLI archives only: {yaml}");
+    let windows = entries.iter().find(|p| p["selector"]["matchLabels"]["os"] == "windows").unwrap();
+    assert_eq!(windows["uri"], format!("{base}/{NAME}-{VERSION}-windows-amd64.zip"));
+    assert_eq!(windows["sha256"], format!("{:064x}", 9));
+    assert_eq!(windows["bin"], "kubectl-registry_hosting.exe");
+    let linux =
+        entries.iter().find(|p| p["selector"]["matchLabels"] == serde_json::json!({"os": "linux", "arch": "arm64"}));
+    assert_eq!(linux.unwrap()["bin"], NAME);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn the_version_command_moves_every_place_the_version_lives_and_opens_a_changelog_section() {
+    let copy = scratch("version");
+    for path in ["Cargo.toml", "Cargo.lock", "Dockerfile", "README.md", "CHANGELOG.md", "charts", "deploy", "docs"] {
+        run(Command::new("cp").arg("-r").arg(root().join(path)).arg(&copy));
+    }
+    run(Command::new(root().join("hack/version.sh")).arg("7.8.9").arg(&copy));
+
+    let read = |path: &str| std::fs::read_to_string(copy.join(path)).unwrap();
+    assert!(read("Cargo.toml").contains("\nversion = \"7.8.9\"\n"));
+    assert!(read("Cargo.lock").contains(&format!("name = \"{NAME}\"\nversion = \"7.8.9\"\n")));
+    let chart = read("charts/local-registry-publisher/Chart.yaml");
+    assert!(chart.contains("\nversion: 7.8.9\n") && chart.contains("\nappVersion: \"7.8.9\"\n"), "{chart}");
+    assert!(read("Dockerfile").contains("org.opencontainers.image.version=\"7.8.9\""));
+    let changelog = read("CHANGELOG.md");
+    let unreleased = changelog.find("## [Unreleased]").unwrap();
+    let new = changelog.find("## [7.8.9] - ").expect("a section for the new version");
+    let old = changelog.find(&format!("## [{VERSION}]")).unwrap();
+    assert!(unreleased < new && new < old, "{changelog}");
+    // Nothing that names the release still names the old one; the manifests equal the chart rendered anew.
+    for path in [
+        "Dockerfile",
+        "README.md",
+        "deploy/local-registry-publisher.yaml",
+        "charts/local-registry-publisher/Chart.yaml",
+    ] {
+        let text = read(path);
+        assert!(!text.contains(&format!("{NAME}:{VERSION}")), "{path} still names the image {VERSION}");
+        assert!(!text.contains(&format!("\"{VERSION}\"")), "{path} still names {VERSION}");
+    }
+    let rendered = run(Command::new(helm())
+        .args(["template", NAME])
+        .arg(copy.join("charts/local-registry-publisher"))
+        .args(["--namespace", NAME, "--no-hooks"]));
+    let deploy = read("deploy/local-registry-publisher.yaml");
+    assert_eq!(deploy.split_once('\n').unwrap().1, rendered, "the moved manifests are the chart rendered anew");
+
+    let again = Command::new(root().join("hack/version.sh")).arg("7.8.9").arg(&copy).output().unwrap();
+    assert!(!again.status.success(), "moving to the same version twice is refused");
+    let invalid = Command::new(root().join("hack/version.sh")).arg("7.8").arg(&copy).output().unwrap();
+    assert_eq!(invalid.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&invalid.stderr).contains("a semantic version"));
+    std::fs::remove_dir_all(&copy).unwrap();
+}
+
+#[test]
+fn the_release_notes_are_the_versions_changelog_section() {
+    let notes = run(Command::new(root().join("hack/dist.sh")).arg("notes"));
+    let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).unwrap();
+    let heading = format!("## [{VERSION}] - ");
+    let section = &changelog[changelog.find(&heading).expect("a section for the crate's version")..];
+    let body = section.split_once('\n').unwrap().1;
+    let body = body.find("\n## [").map_or(body, |end| &body[..=end]);
+    assert!(!notes.trim().is_empty());
+    assert_eq!(notes.trim(), body.trim(), "the notes are the section, without its heading");
+}
+
+/// Every action a workflow uses is pinned by a full commit, with the version it is in a comment; images and charts
+/// are named after the repository the workflow runs in, never after an owner written here.
+#[test]
+fn the_workflows_pin_every_action_by_commit_and_invent_no_owner() {
+    let dir = root().join(".github/workflows");
+    let mut uses = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines() {
+            let Some((_, action)) = line.split_once("uses: ") else { continue };
+            uses += 1;
+            let (name, pin) = action.split_once('@').unwrap_or_else(|| panic!("{}: {line}", path.display()));
+            let (sha, comment) =
+                pin.split_once(" # v").unwrap_or_else(|| panic!("{}: no version comment: {line}", path.display()));
+            assert!(
+                sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit()) && !comment.is_empty(),
+                "{}: {name} is not pinned by commit: {line}",
+                path.display()
+            );
+        }
+        for (i, _) in text.match_indices("ghcr.io/") {
+            let after = &text[i + "ghcr.io/".len()..];
+            assert!(
+                after.starts_with("${") || after.starts_with("<owner>"),
+                "{}: ghcr.io names an owner: {}",
+                path.display(),
+                after.lines().next().unwrap_or_default()
+            );
+        }
+    }
+    assert!(uses >= 10, "the workflows use actions: {uses}");
+}
