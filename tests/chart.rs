@@ -253,6 +253,110 @@ fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     assert!(chart_yaml.contains(&format!("appVersion: \"{version}\"")), "appVersion follows the crate version");
 }
 
+/// A distribution's row: the controller's flags it adds, containerd's directory, the registry container's Service
+/// (name, host annotation).
+struct Row {
+    distribution: &'static str,
+    flags: &'static [&'static str],
+    config_path: &'static str,
+    container: Option<(&'static str, &'static str)>,
+}
+
+/// One value per distribution sets that row's defaults (README "Per cluster"); a value set explicitly wins.
+#[test]
+fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
+    let render = |values: &str| ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "--set", values]));
+    const KIND_HELP: &str = "--help-url=https://kind.sigs.k8s.io/docs/user/local-registry/";
+    const K3D_HELP: &str = "--help-url=https://k3d.io/stable/usage/registries/";
+    let k3s = "/var/lib/rancher/k3s/agent/etc/containerd/certs.d";
+    let microk8s = "/var/snap/microk8s/current/args/certs.d";
+    let containerd = "/etc/containerd/certs.d";
+    let rows = [
+        Row { distribution: "plain", flags: &["--node-address=localhost"], config_path: containerd, container: None },
+        Row {
+            distribution: "kind",
+            flags: &["--node-address=localhost", "--take-over", "--allowed-namespaces=tools", KIND_HELP],
+            config_path: containerd,
+            container: Some(("kind-registry", "localhost:5001")),
+        },
+        Row {
+            distribution: "k3d",
+            flags: &["--node-address=localhost", "--take-over", "--allowed-namespaces=tools", K3D_HELP],
+            config_path: k3s,
+            container: Some(("k3d-registry", "k3d-registry.localhost:5111")),
+        },
+        Row {
+            distribution: "minikube",
+            flags: &["--node-address=internal-ip"],
+            config_path: containerd,
+            container: None,
+        },
+        Row {
+            distribution: "microk8s",
+            flags: &["--node-address=localhost", "--take-over"],
+            config_path: microk8s,
+            container: None,
+        },
+    ];
+    for Row { distribution, flags, config_path, container } in rows {
+        let rendered = render(&format!("distribution={distribution},nodeAgent.enabled=true"));
+        let args = controller_args(&rendered);
+        for flag in flags {
+            assert!(args.iter().any(|a| a == flag), "{distribution}: {flag} in {args:?}");
+        }
+        let optional = ["--take-over", "--allowed-namespaces=tools", "--help-url="];
+        for flag in optional.iter().filter(|f| !flags.iter().any(|g| g.starts_with(**f))) {
+            assert!(!args.iter().any(|a| a.starts_with(flag)), "{distribution}: no {flag} in {args:?}");
+        }
+        let host_path = format!("hostPath:\n            path: \"{config_path}\"");
+        assert!(rendered.contains(&host_path), "{distribution}: the agent mounts {config_path}:\n{rendered}");
+        let services: Vec<_> = rendered_objects(&rendered, "Service")
+            .into_iter()
+            .filter(|s| s["spec"]["type"] == "ExternalName")
+            .collect();
+        match container {
+            None => assert!(services.is_empty(), "{distribution}: {services:?}"),
+            Some((name, host)) => {
+                let service = &services[0];
+                assert_eq!(service["metadata"]["name"], name);
+                assert_eq!(service["metadata"]["namespace"], "tools");
+                assert_eq!(service["spec"]["externalName"], name);
+                assert_eq!(service["spec"]["ports"][0]["port"], 5000);
+                assert_eq!(service["metadata"]["labels"]["local-registry-publisher.io/registry"], "true");
+                assert_eq!(service["metadata"]["annotations"]["local-registry-publisher.io/host"], host);
+            }
+        }
+    }
+    // k3d's runtime reaches the container by its name on the cluster's network.
+    let k3d = render("distribution=k3d,registryContainer.name=k3d-mine,registryContainer.hostPort=5002");
+    let service = rendered_objects(&k3d, "Service").into_iter().find(|s| s["spec"]["type"] == "ExternalName").unwrap();
+    let annotations = &service["metadata"]["annotations"];
+    assert_eq!(annotations["local-registry-publisher.io/host"], "k3d-mine.localhost:5002");
+    assert_eq!(annotations["local-registry-publisher.io/host-from-container-runtime"], "k3d-mine:5000");
+
+    // Explicit values win over the distribution's; watched namespaces gain the release's for the container.
+    let explicit = render(
+        "distribution=kind,configMap.takeOver=false,registry.nodeAddress=internal-ip,registry.helpUrl=https://x.test/,\
+         registry.allowedNamespaces={tools},registry.watchNamespaces={registry}",
+    );
+    let args = controller_args(&explicit);
+    assert!(!args.iter().any(|a| a == "--take-over"), "{args:?}");
+    for flag in [
+        "--node-address=internal-ip",
+        "--help-url=https://x.test/",
+        "--allowed-namespaces=tools",
+        "--watch-namespaces=registry,tools",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    // The chart labels the container's Service with the selector, so the selector must be one key=value.
+    let output = tool("helm", &["template", "lrp", &chart(), "--set", "distribution=kind,registry.selector=a in (b)"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must then be one key=value"), "{output:?}");
+    let output = tool("helm", &["template", "lrp", &chart(), "--set", "distribution=docker-desktop"]);
+    assert!(!output.status.success(), "an unknown distribution is refused");
+}
+
 /// The chart promises what is tested: its kubeVersion floor is the oldest minor `make test` runs the cluster tests on.
 #[test]
 fn the_charts_kubernetes_floor_is_the_oldest_tested_minor() {

@@ -79,3 +79,41 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     resources: [events]
     verbs: [create]
 {{- end }}
+
+{{- /*
+The distribution's defaults (values.yaml `distribution`; README "Per cluster"), filled into the values a user left
+empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, registry.helpUrl. For kind and k3d the
+registry is a container beside the cluster: the chart describes it with an ExternalName Service in the release
+namespace (templates/registry-container.yaml), which this release then allows to name the registry. Every template
+that reads those values includes this first; filling in is idempotent, so the order templates render in does not
+matter.
+*/ -}}
+{{- define "lrp.applyDistribution" -}}
+{{- $containerd := "/etc/containerd/certs.d" -}}
+{{- $presets := dict
+  "plain" (dict "nodeAddress" "localhost" "takeOver" false "configPath" $containerd "helpUrl" "")
+  "kind" (dict "nodeAddress" "localhost" "takeOver" true "configPath" $containerd
+    "helpUrl" "https://kind.sigs.k8s.io/docs/user/local-registry/" "container" "kind-registry" "hostPort" 5001)
+  "k3d" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/lib/rancher/k3s/agent/etc/containerd/certs.d"
+    "helpUrl" "https://k3d.io/stable/usage/registries/" "container" "k3d-registry" "hostPort" 5111)
+  "minikube" (dict "nodeAddress" "internal-ip" "takeOver" false "configPath" $containerd "helpUrl" "")
+  "microk8s" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/snap/microk8s/current/args/certs.d"
+    "helpUrl" "")
+-}}
+{{- $preset := get $presets .Values.distribution -}}
+{{- if not .Values.registry.nodeAddress }}{{ $_ := set .Values.registry "nodeAddress" $preset.nodeAddress }}{{ end -}}
+{{- if kindIs "invalid" .Values.configMap.takeOver }}{{ $_ := set .Values.configMap "takeOver" $preset.takeOver }}{{ end -}}
+{{- if not .Values.nodeAgent.configPath }}{{ $_ := set .Values.nodeAgent "configPath" $preset.configPath }}{{ end -}}
+{{- if not .Values.registry.helpUrl }}{{ $_ := set .Values.registry "helpUrl" $preset.helpUrl }}{{ end -}}
+{{- with $preset.container }}
+{{- $container := $.Values.registryContainer -}}
+{{- if not $container.name }}{{ $_ := set $container "name" . }}{{ end -}}
+{{- if not (int $container.hostPort) }}{{ $_ := set $container "hostPort" $preset.hostPort }}{{ end -}}
+{{- if not (has $.Release.Namespace $.Values.registry.allowedNamespaces) }}
+{{- $_ := set $.Values.registry "allowedNamespaces" (append $.Values.registry.allowedNamespaces $.Release.Namespace) -}}
+{{- end -}}
+{{- if and $.Values.registry.watchNamespaces (not (has $.Release.Namespace $.Values.registry.watchNamespaces)) }}
+{{- $_ := set $.Values.registry "watchNamespaces" (append $.Values.registry.watchNamespaces $.Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
