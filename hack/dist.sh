@@ -36,7 +36,13 @@ chart() {
     sed -i "s|^  repository: .* # release: image repository$|  repository: $repository # release: image repository|" \
       "$stage/$name/values.yaml"
   fi
-  "$("$root/hack/tools.sh" --dir)/helm" package "$stage/$name" --destination "$out" >/dev/null
+  # helm on PATH (the release workflow builds it from tools/helm), else the one hack/tools.sh built.
+  local helm tools
+  if ! helm=$(command -v helm); then
+    tools=$("$root/hack/tools.sh" --dir)
+    helm="$tools/helm"
+  fi
+  "$helm" package "$stage/$name" --destination "$out" >/dev/null
   say "chart: $out/$name-$version.tgz (image ${repository:-$name, the local build})"
 }
 

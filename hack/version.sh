@@ -33,6 +33,8 @@ sed -i "s/org.opencontainers.image.version=\"$quoted\"/org.opencontainers.image.
 # Image tags in prose and commands (docker build -t, kind load ...).
 grep -rl --include='*.md' --include=Dockerfile "local-registry-publisher:$quoted" README.md Dockerfile docs charts |
   xargs -r sed -i "s/local-registry-publisher:$quoted\b/local-registry-publisher:$new/g"
+# Installs from a release name its version (helm install oci://... --version x.y.z).
+sed -i "s/--version $quoted\b/--version $new/g" README.md
 sed -i "0,/^## \[Unreleased\]$/s//## [Unreleased]\n\n## [$new] - $(date -u +%Y-%m-%d)/" CHANGELOG.md
 
 echo "version $old -> $new; review with git diff, then commit and tag v$new" >&2

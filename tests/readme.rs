@@ -1,9 +1,10 @@
 //! The README as a new user follows it, on a real node: the Quick start's shell blocks and the per-cluster rows,
 //! read from README.md itself (never copied here), run with bash as written, and their output compared with what
 //! the README says they print. Only what a user brings is stood in for: the registry the Quick start assumes (the
-//! Service `registry/registry`, NodePort 5000 -> 30500), the image load of step 1 (`ctr import` on the node instead
-//! of `docker build` and `kind load`), and what kind's and k3d's scripts and minikube's and MicroK8s's addons
-//! create.
+//! Service `registry/registry`, NodePort 5000 -> 30500), the release on ghcr.io (the image and the chart
+//! `hack/dist.sh` packages, pushed to that registry, whose `localhost:30500` stands in for `ghcr.io/<owner>`), the
+//! image load for a checkout (`ctr import` on the node instead of `docker build` and `kind load`), and what kind's
+//! and k3d's scripts and minikube's and MicroK8s's addons create.
 
 mod support;
 
@@ -99,6 +100,51 @@ fn as_written(what: &str, script: &str, home: &Path) -> String {
     stdout
 }
 
+/// `as_written` in the node's network, where the registry's `localhost:<nodePort>` answers.
+fn as_written_on_node(what: &str, script: &str, home: &Path) -> String {
+    let plane = plane();
+    let output = plane
+        .real_node()
+        .expect("a real node")
+        .command("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(root())
+        .env("PATH", format!("{}:{}", plane.tools().display(), std::env::var("PATH").unwrap_or_default()))
+        .env("HOME", home)
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+        .output()
+        .expect("run bash on the node");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{what} as the README writes it failed:\n{script}\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// What a release publishes, pushed to the registry at `registry` (from the node) instead of ghcr.io: the image
+/// `make image` builds and the chart `hack/dist.sh` packages to default to it. Returns the image's repository.
+fn publish_release(registry: &str) -> String {
+    let plane = plane();
+    let home = plane.dir().join("release");
+    std::fs::create_dir_all(&home).unwrap();
+    let repository = format!("{registry}/local-registry-publisher");
+    let version = env!("CARGO_PKG_VERSION");
+    let binary = root().join("target/release/local-registry-publisher");
+    let layout = testbed::image::controller_copy(&binary, &home, version, "released").expect("image").layout;
+    let script = format!(
+        "hack/dist.sh chart {dir} {repository}\n\
+         for i in $(seq 60); do crane push --insecure {layout} {repository}:{version} && break; sleep 0.5; done\n\
+         crane digest --insecure {repository}:{version}\n\
+         helm push {dir}/local-registry-publisher-{version}.tgz oci://{registry}/charts --plain-http\n",
+        dir = home.display(),
+        layout = layout.display(),
+    );
+    as_written_on_node("publishing the release", &script, &home);
+    repository
+}
+
 /// Runs `script` until it succeeds with output containing every line of `expected` (the controller starts a few
 /// seconds after an install that does not wait); returns its output.
 async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &Path) -> String {
@@ -112,10 +158,19 @@ async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &P
     println!("{what}: printed as the README says after {:.1} s", started.elapsed().as_secs_f64());
     found.unwrap_or_else(|| {
         let output = shell(script, home);
+        let state = shell(
+            &format!(
+                "kubectl get pods -n {RELEASE} -o wide; kubectl get events -n {RELEASE}; \
+                 kubectl logs -n {RELEASE} deploy/{RELEASE} --tail=20 || true"
+            ),
+            home,
+        );
         panic!(
-            "{what} never printed {expected:?}; last:\n{}\n{}",
+            "{what} never printed {expected:?}; last:\n{}\n{}\nthe release:\n{}{}",
             String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&state.stdout),
+            String::from_utf8_lossy(&state.stderr)
         )
     })
 }
@@ -163,23 +218,6 @@ async fn scripted_configmap(client: &kube::Client, document: &str) {
     apply_in(client, "kube-public", configmap).await;
 }
 
-/// `block` as a user edits it for `cluster`: each value with a `# <cluster>: X` comment becomes X, and each
-/// `# <cluster> only:` line is uncommented.
-fn edited_for(cluster: &str, block: &str) -> String {
-    let (instead, only) = (format!("# {cluster}: "), format!("# {cluster} only: "));
-    let lines = block.lines().map(|line| {
-        if let Some((left, value)) = line.split_once(&instead) {
-            let (key, _) = left.split_once(": ").expect("a key: value line");
-            format!("{key}: {value}")
-        } else if let Some((indent, rest)) = line.split_once(&only) {
-            format!("{indent}{rest}")
-        } else {
-            line.to_string()
-        }
-    });
-    lines.map(|line| line + "\n").collect()
-}
-
 /// The row's install command, with the Quick start's command where the row writes `helm install ...`.
 fn install_command(row: &[String], quick_install: &str) -> String {
     let install = spans(&row[1]).into_iter().find(|s| s.starts_with("helm install ...")).expect("an install command");
@@ -215,17 +253,34 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     nodeport_registry(&client, &crane, "registry", "registry", 30500).await;
     let quick = section(&readme, "Quick start");
     let sh = blocks(&quick, "sh");
-    assert_eq!(sh.len(), 5, "the Quick start's shell blocks changed: {sh:#?}");
-    let (install, allow, label, install_cli, verify) = (&sh[0], &sh[1], &sh[2], &sh[3], &sh[4]);
+    assert_eq!(sh.len(), 6, "the Quick start's shell blocks changed: {sh:#?}");
+    let (release, install, allow, label, install_cli, verify) = (&sh[0], &sh[1], &sh[2], &sh[3], &sh[4], &sh[5]);
+    assert!(release.starts_with("helm install ") && release.contains("oci://ghcr.io/<owner>/"), "{release}");
     assert!(install.starts_with("helm install "), "{install}");
-    for (what, script) in [("step 2", install), ("step 3", allow), ("step 4", label), ("step 5", install_cli)] {
+    // Step 1 from a release: what the release workflow pushes to ghcr.io, pushed to the cluster's registry instead.
+    let on_node = publish_release("localhost:30500");
+    let from_registry = release.replace("ghcr.io/<owner>", "localhost:30500").trim_end().to_string() + " --plain-http";
+    as_written_on_node("step 1 from a release", &from_registry, &home);
+    steps += 1;
+    for (what, script) in [("step 2", allow), ("step 3", label), ("step 4", install_cli)] {
         as_written(what, script, &home);
         steps += 1;
     }
     assert!(home.join(".local/bin/local-registry-publisher").exists(), "make install put the CLI in ~/.local/bin");
     let expected: Vec<String> = blocks(&quick, "yaml")[0].lines().map(str::to_string).collect();
-    let printed = until_it_prints("step 6", verify, &expected, &home).await;
+    let printed = until_it_prints("step 5", verify, &expected, &home).await;
     assert!(printed.starts_with(&blocks(&quick, "yaml")[0].trim_end().to_string()), "{printed}");
+    steps += 1;
+    let image = ok(support::tool(
+        plane,
+        "kubectl",
+        &["get", "deploy", "-n", RELEASE, RELEASE, "-o", "jsonpath={.spec.template.spec.containers[0].image}"],
+    ));
+    assert_eq!(image, format!("{on_node}:{}", env!("CARGO_PKG_VERSION")), "the release's chart names its image");
+    uninstall(&home);
+    // Step 1 from the checkout, with the image loaded.
+    as_written("step 1 from the checkout", install, &home);
+    until_it_prints("step 5 after a checkout install", verify, &expected, &home).await;
     steps += 1;
     uninstall(&home);
     // Each row is a cluster of its own: the Quick start's registry is not in it.
@@ -242,12 +297,9 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     .await;
     let kind = row(&per_cluster, "kind with its local-registry script");
     as_written("the kind row's install", &install_command(&kind, install), &home);
-    let service = &blocks(&per_cluster, "yaml")[0];
-    as_written("the ExternalName Service", &format!("kubectl apply -f - <<'EOF'\n{service}EOF\n"), &home);
     until_it_prints("the kind row's document", PUBLISHED, &promised(&kind), &home).await;
-    steps += 3;
+    steps += 2;
     uninstall(&home);
-    as_written("cleanup", "kubectl delete service -n kube-system kind-registry", &home);
 
     // MicroK8s with its registry addon: a NodePort Service container-registry/registry at 32000, the addon's own
     // ConfigMap, and MicroK8s's label on the node.
@@ -259,12 +311,9 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     .await;
     let k3d = row(&per_cluster, "k3d");
     as_written("the k3d row's install", &install_command(&k3d, install), &home);
-    let edited = edited_for("k3d", service);
-    as_written("the ExternalName Service for k3d", &format!("kubectl apply -f - <<'EOF'\n{edited}EOF\n"), &home);
     until_it_prints("the k3d row's document", PUBLISHED, &promised(&k3d), &home).await;
-    steps += 3;
+    steps += 2;
     uninstall(&home);
-    as_written("cleanup", "kubectl delete service -n kube-system k3d-registry", &home);
 
     // minikube with its registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's
     // hostPort 5000; the row's `<minikube ip>` is the node's address.

@@ -200,6 +200,7 @@ fn the_version_command_moves_every_place_the_version_lives_and_opens_a_changelog
         let text = read(path);
         assert!(!text.contains(&format!("{NAME}:{VERSION}")), "{path} still names the image {VERSION}");
         assert!(!text.contains(&format!("\"{VERSION}\"")), "{path} still names {VERSION}");
+        assert!(!text.contains(&format!("--version {VERSION}")), "{path} still installs {VERSION}");
     }
     let rendered = run(Command::new(helm())
         .args(["template", NAME])

@@ -241,6 +241,25 @@ pub fn controller(
     annotations: BTreeMap<String, String>,
 ) -> Result<Image, Error> {
     std::fs::create_dir_all(dir)?;
+    controller_spec(binary, version, architecture, annotations)?.write(dir, "local-registry-publisher")
+}
+
+/// The controller's image a test pushes to a registry: the same program as [`controller`]'s, with a label of
+/// `copy` so that its image ID differs. containerd keeps one image per ID: pulling the ID that `make image` already
+/// imported under another name made the kubelet lose the imported name and fail later pods that use it.
+pub fn controller_copy(binary: &Path, dir: &Path, version: &str, copy: &str) -> Result<Image, Error> {
+    std::fs::create_dir_all(dir)?;
+    let mut spec = controller_spec(binary, version, "amd64", BTreeMap::new())?;
+    spec.labels.insert("testbed.local/copy".into(), copy.into());
+    spec.write(dir, copy)
+}
+
+fn controller_spec(
+    binary: &Path,
+    version: &str,
+    architecture: &str,
+    annotations: BTreeMap<String, String>,
+) -> Result<ImageSpec, Error> {
     let entrypoint = "/usr/local/bin/local-registry-publisher";
     let mut files = vec![(entrypoint.to_string(), binary.to_path_buf())];
     for library in linked_libraries(binary)? {
@@ -262,7 +281,7 @@ pub fn controller(
     {
         annotations.insert(key.into(), labels[key].clone());
     }
-    ImageSpec {
+    Ok(ImageSpec {
         name: format!("docker.io/library/local-registry-publisher:{version}"),
         files,
         entrypoint: vec![entrypoint.into()],
@@ -272,6 +291,5 @@ pub fn controller(
         architecture: architecture.into(),
         annotations,
         ..ImageSpec::default()
-    }
-    .write(dir, "local-registry-publisher")
+    })
 }
