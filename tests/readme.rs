@@ -72,6 +72,11 @@ fn spans(cell: &str) -> Vec<String> {
 
 /// A user's shell: bash with errors fatal, the project's tools and the installed CLI on PATH, a home of its own.
 fn shell(script: &str, home: &Path) -> Output {
+    shell_in(Command::new("bash"), script, home)
+}
+
+/// The same shell started by `bash` (a command for bash on this machine or in the node's network).
+fn shell_in(mut bash: Command, script: &str, home: &Path) -> Output {
     let plane = plane();
     let path = format!(
         "{}:{}:{}",
@@ -79,44 +84,21 @@ fn shell(script: &str, home: &Path) -> Output {
         plane.tools().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    Command::new("bash")
-        .args(["-euo", "pipefail", "-c", script])
-        .current_dir(root())
-        .env("PATH", path)
-        .env("HOME", home)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
-        .output()
-        .expect("run bash")
+    let bash = bash.args(["-euo", "pipefail", "-c", script]).current_dir(root()).env("PATH", path).env("HOME", home);
+    support::against(plane, bash).output().expect("run bash")
 }
 
 fn as_written(what: &str, script: &str, home: &Path) -> String {
-    let output = shell(script, home);
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{what} as the README writes it failed:\n{script}\n{stdout}\n{stderr}");
-    stdout
+    succeeded(what, script, shell(script, home))
 }
 
 /// `as_written` in the node's network, where the registry's `localhost:<nodePort>` answers.
 fn as_written_on_node(what: &str, script: &str, home: &Path) -> String {
-    let plane = plane();
-    let output = plane
-        .real_node()
-        .expect("a real node")
-        .command("bash")
-        .args(["-euo", "pipefail", "-c", script])
-        .current_dir(root())
-        .env("PATH", format!("{}:{}", plane.tools().display(), std::env::var("PATH").unwrap_or_default()))
-        .env("HOME", home)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
-        .output()
-        .expect("run bash on the node");
+    let bash = plane().real_node().expect("a real node").command("bash");
+    succeeded(what, script, shell_in(bash, script, home))
+}
+
+fn succeeded(what: &str, script: &str, output: Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{what} as the README writes it failed:\n{script}\n{stdout}\n{stderr}");

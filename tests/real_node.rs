@@ -823,13 +823,7 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
 /// `tool` run on the node, where the published `localhost:<nodePort>` answers.
 fn node_tool(name: &str, args: &[&str]) -> Output {
     let plane = plane();
-    node()
-        .command(plane.tools().join(name))
-        .args(args)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
+    support::against(plane, node().command(plane.tools().join(name)).args(args))
         .output()
         .unwrap_or_else(|e| panic!("run {name} on the node: {e}"))
 }

@@ -387,14 +387,18 @@ pub fn registry_label() -> Value {
 
 /// Runs a tool built by hack/tools.sh (helm, kubectl) against `plane`, with helm's state in its directory.
 pub fn tool(plane: &ControlPlane, name: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(plane.tools().join(name))
-        .args(args)
+    against(plane, std::process::Command::new(plane.tools().join(name)).args(args))
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+/// `command` pointed at `plane`: its kubeconfig, and helm's directories (registry logins, caches) inside it.
+pub fn against<'a>(plane: &ControlPlane, command: &'a mut std::process::Command) -> &'a mut std::process::Command {
+    command
         .env("KUBECONFIG", plane.kubeconfig())
         .env("HELM_CACHE_HOME", plane.dir().join("helm/cache"))
         .env("HELM_CONFIG_HOME", plane.dir().join("helm/config"))
         .env("HELM_DATA_HOME", plane.dir().join("helm/data"))
-        .output()
-        .unwrap_or_else(|e| panic!("run {name}: {e}"))
 }
 
 /// A tool's stdout, after asserting it succeeded.
