@@ -159,6 +159,15 @@ fn registry_deployment() -> serde_json::Value {
             "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}})
 }
 
+/// [`registry_deployment`] behind a NodePort Service `registry` (port 5000) labelled for `ns`'s isolated release.
+async fn nodeport_registry(client: &Client, ns: &str) {
+    apply_in(client, ns, registry_deployment()).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
+        "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(client, ns, service).await;
+}
+
 /// The KEP flow against whatever is published now: push to `host` from `push_from_node`'s side, run a pod from
 /// the runtime host, and list the registry from a pod through the cluster network.
 /// Each flow pushes an image of its own (see `own_image`), named `kep/<name>:1`.
@@ -241,11 +250,7 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
         ]
     })
     .await;
-    apply_in(&client, &ns, registry_deployment()).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
-        "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(&client, &ns, service).await;
+    nodeport_registry(&client, &ns).await;
 
     // Published with the default node address: tools on the node push to localhost.
     let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
@@ -904,11 +909,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     let client = plane.client().await.expect("admin client");
     images();
     let ns = plane.namespace(&client, "release").await.expect("namespace");
-    apply_in(&client, &ns, registry_deployment()).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
-        "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(&client, &ns, service).await;
+    nodeport_registry(&client, &ns).await;
     let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
     let node_port = services.get("registry").await.expect("service").spec.and_then(|s| s.ports?.first()?.node_port);
     let host = format!("localhost:{}", node_port.expect("a nodePort"));
