@@ -50,7 +50,8 @@ async fn main() {
             "spec": {"ports": [{"port": port}]}
         }))
         .expect("service");
-        (service, format!("zot.{ns}.svc.cluster.local:{port}"))
+        // hostFromClusterNetwork is the Service's ClusterIP with this port, the only field of a ClusterIP registry.
+        (service, format!(":{port}\""))
     };
     let (service, _) = publish_next();
     services.patch("zot", &PatchParams::apply("bench").force(), &Patch::Apply(&service)).await.expect("registry");

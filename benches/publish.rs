@@ -492,12 +492,14 @@ async fn change_winner(client: &Client, configmap_ns: &str, tenant: &str) -> (Du
     for round in 0..WINNER_CHANGES {
         // Selector-less, so ready without pods; each round's priority beats the last.
         let winner = format!("registry-{:04}", 100 * (round + 1));
+        // Its published address: hostFromClusterNetwork, the Service's ClusterIP.
+        let cluster_ip = services.get(&winner).await.expect("winner").spec.and_then(|s| s.cluster_ip).expect("IP");
         let mut seen = hosts(client, configmap_ns, "local-registry-hosting");
         let (started, since) = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
         let priority =
             json!({"metadata": {"annotations": {"local-registry-publisher.io/priority": format!("{}", 10 + round)}}});
         services.patch(&winner, &PatchParams::default(), &Patch::Merge(priority)).await.expect("priority");
-        wait_for(&mut seen, &format!("{winner}.{tenant}.svc.cluster.local:5000")).await;
+        wait_for(&mut seen, &format!("{cluster_ip}:5000")).await;
         published.push(started.elapsed());
         tokio::time::sleep(Duration::from_secs(5)).await;
         // The old winner may be the controller's own registry beside its ConfigMap, the new one is the tenant's.

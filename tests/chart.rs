@@ -497,7 +497,8 @@ async fn the_chart_rbac_is_enough_to_publish_fail_over_and_record_events() {
     ok(tool("kubectl", &["label", "namespace", &regns, "local-registry-publisher.io/registries=allowed"]));
     apply_in(&admin, &regns, service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     let public: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
-    let wanted = |port: u16| format!("zot.{regns}.svc.cluster.local:{port}");
+    let ip = cluster_ip(&admin, &regns, "zot").await;
+    let wanted = |port: u16| format!("{ip}:{port}");
     assert!(
         wait_public_host(&public, &wanted(5000)).await.is_some(),
         "published as the ServiceAccount; logs:\n{}\n{}",

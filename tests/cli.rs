@@ -63,7 +63,7 @@ async fn get_says_what_each_reader_uses_with_an_exit_code_for_each_case() {
     assert!(text.contains("written by this controller") && text.contains("in-cluster builders"), "{text}");
     let report: serde_json::Value = serde_json::from_slice(&get(&s, &["-o", "json"]).stdout).expect("JSON");
     assert_eq!(report["ours"], true);
-    assert_eq!(report["readers"][2]["uses"], format!("zot.{}.svc.cluster.local:5000", s.ns));
+    assert_eq!(report["readers"][2]["uses"], s.cluster_host("zot", 5000).await);
     let yaml = stdout(&get(&s, &["-o", "yaml"]));
     assert!(yaml.contains("readers:"), "{yaml}");
     run.stop().await;

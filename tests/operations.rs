@@ -155,10 +155,8 @@ async fn probes_and_metrics_report_what_happens() {
     assert!(parsed.samples.iter().any(|s| s.metric == "controller_runtime_reconcile_time_seconds_count"), "histogram");
     let info =
         parsed.samples.iter().find(|s| s.metric == "local_registry_publisher_published_info").expect("published info");
-    assert_eq!(
-        info.labels.get("host_from_cluster_network"),
-        Some(format!("zot.{}.svc.cluster.local:5000", s.ns).as_str())
-    );
+    let cluster_host = s.cluster_host("zot", 5000).await;
+    assert_eq!(info.labels.get("host_from_cluster_network"), Some(cluster_host.as_str()));
     assert_eq!(info.labels.get("registry"), Some(format!("{}/zot", s.ns).as_str()));
     assert_eq!(value("leader_election_master_status"), 1.0, "a single replica without election leads");
 
@@ -173,7 +171,8 @@ async fn probes_and_metrics_report_what_happens() {
     assert_eq!(published.len(), 1, "{}", controller.logs());
     assert_eq!(published[0]["fields"]["old"], "(none)");
     assert_eq!(published[0]["fields"]["registry"], format!("{}/zot", s.ns));
-    assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains("hostFromClusterNetwork=zot.")));
+    let logged_host = format!("hostFromClusterNetwork={cluster_host}");
+    assert!(published[0]["fields"]["new"].as_str().is_some_and(|n| n.contains(&logged_host)), "{}", published[0]);
 
     // A withdrawal counts as a delete.
     s.delete("v1", "Service", "zot").await;

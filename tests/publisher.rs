@@ -11,10 +11,6 @@ use local_registry_publisher::keys::{MANAGED_BY, MANAGER};
 use serde_json::json;
 use support::*;
 
-fn cluster_host(scenario: &Scenario, service: &str, port: u16) -> String {
-    format!("{service}.{}.svc.cluster.local:{port}", scenario.ns)
-}
-
 fn selectorless(name: &str, type_: &str, annotations: serde_json::Value) -> serde_json::Value {
     service(name, registry_label(), annotations, json!({"type": type_, "ports": [{"port": 5000}]}))
 }
@@ -26,7 +22,7 @@ async fn a_labelled_service_or_a_service_selecting_a_labelled_workload_is_the_re
     let run = s.start();
     s.apply(selectorless("zot", "ClusterIP", json!({}))).await;
     let published = s.wait_published("the labelled Service", |d| d.is_some()).await.unwrap();
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5000)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("zot", 5000).await));
     assert_eq!(published.host, None, "a ClusterIP registry cannot be reached from outside");
 
     s.delete("v1", "Service", "zot").await;
@@ -38,7 +34,7 @@ async fn a_labelled_service_or_a_service_selecting_a_labelled_workload_is_the_re
         .await;
     s.apply(service("web", json!({}), json!({}), json!({"selector": {"app": "web"}, "ports": [{"port": 80}]}))).await;
     let published = s.wait_published("the Service of the labelled Deployment", |d| d.is_some()).await.unwrap();
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "harbor", 5000)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("harbor", 5000).await));
     run.stop().await;
 }
 
@@ -51,7 +47,7 @@ async fn the_registry_selector_is_configurable() {
     s.apply(service("chosen", json!({"example.dev/role": "registry"}), json!({}), json!({"ports": [{"port": 5000}]})))
         .await;
     let published = s.wait_published("the Service matching the custom selector", |d| d.is_some()).await.unwrap();
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "chosen", 5000)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("chosen", 5000).await));
 }
 
 // 1. Built-in recognition: minikube's addon.
@@ -81,7 +77,8 @@ async fn minikube_registry_addon_is_recognised_without_a_label() {
     let run = s.start();
     let published = s.wait_host(&format!("{}:5000", testbed::NODE_IP)).await;
     assert_eq!(published.host_from_container_runtime.as_deref(), Some("127.0.0.1:5000"));
-    assert_eq!(published.host_from_cluster_network.as_deref(), Some("registry.kube-system.svc.cluster.local:80"));
+    let cluster_host = format!("{}:80", cluster_ip(&s.client, "kube-system", "registry").await);
+    assert_eq!(published.host_from_cluster_network, Some(cluster_host));
     run.stop().await;
 
     // One flag turns recognition off; what we published is withdrawn.
@@ -114,10 +111,8 @@ async fn microk8s_registry_addon_is_recognised_without_a_label() {
     let _run = s.start();
     let published = s.wait_host("localhost:32000").await;
     assert_eq!(published.host_from_container_runtime, None, "equal to host, so left to the readers' fallback");
-    assert_eq!(
-        published.host_from_cluster_network.as_deref(),
-        Some("registry.container-registry.svc.cluster.local:5000")
-    );
+    let cluster_host = format!("{}:5000", cluster_ip(&s.client, "container-registry", "registry").await);
+    assert_eq!(published.host_from_cluster_network, Some(cluster_host));
     plane.delete_namespace(&s.client, "container-registry").await.expect("cleanup");
 }
 
@@ -134,7 +129,7 @@ async fn an_ambiguous_port_is_reported_not_guessed_and_the_annotation_resolves_i
 
     s.apply(service("zot", registry_label(), json!({"local-registry-publisher.io/port": "debug"}), two_ports)).await;
     let published = s.wait_published("the annotated port", |d| d.is_some()).await.unwrap();
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5001)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("zot", 5001).await));
 
     let named = json!({"ports": [{"name": "http", "port": 80}, {"name": "registry", "port": 5000}]});
     s.apply(service("zot", registry_label(), json!({}), named)).await;
@@ -151,7 +146,7 @@ async fn values_follow_the_service_type_and_annotations_override_them() {
     let node_port = node_port(&s, "zot").await;
     let published = s.wait_host(&format!("localhost:{node_port}")).await;
     assert_eq!(published.host_from_container_runtime, None);
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5000)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("zot", 5000).await));
 
     s.apply(service(
         "zot",
@@ -193,7 +188,7 @@ async fn a_host_port_on_the_registry_pods_is_reached_at_the_node_address() {
     let run = s.start();
     let published = s.wait_host("localhost:5001").await;
     assert_eq!(published.host_from_container_runtime, None);
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 80)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("zot", 80).await));
     run.stop().await;
 
     s.settings.node_address = local_registry_publisher::settings::NodeAddress::InternalIp;
@@ -233,7 +228,7 @@ async fn the_published_configmap_has_one_key_of_quoted_block_yaml_in_reader_orde
         data[DATA_KEY],
         format!(
             "host: \"localhost:{node_port}\"\nhostFromClusterNetwork: \"{}\"\nhelp: \"https://docs.example/registry\"\n",
-            cluster_host(&s, "zot", 5000)
+            s.cluster_host("zot", 5000).await
         )
     );
     assert_eq!(configmap.metadata.labels.unwrap().get(MANAGED_BY).map(String::as_str), Some(MANAGER));
@@ -345,7 +340,7 @@ async fn a_foreign_configmap_stays_untouched_without_take_over() {
     s.settings.take_over = true;
     let _run = s.start();
     let published = s.wait_published("the take-over", |d| d.as_ref().is_some_and(|d| d.host.is_none())).await.unwrap();
-    assert_eq!(published.host_from_cluster_network, Some(cluster_host(&s, "zot", 5000)));
+    assert_eq!(published.host_from_cluster_network, Some(s.cluster_host("zot", 5000).await));
     let labels = s.configmap().await.unwrap().metadata.labels.unwrap_or_default();
     assert_eq!(labels.get(MANAGED_BY).map(String::as_str), Some(MANAGER));
 }

@@ -23,7 +23,7 @@ use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
 use support::binary::status_field;
-use support::{apply_in, ok, wait_until};
+use support::{apply_in, cluster_ip, ok, wait_until};
 use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
 
@@ -187,15 +187,23 @@ async fn kep_flow(client: &Client, ns: &str, name: &str, document: &LocalRegistr
     let statuses = pod.status.and_then(|s| s.container_statuses).unwrap_or_default();
     assert!(statuses.iter().all(|s| s.image == image && s.ready), "{statuses:?}");
 
-    // A pod reaches the registry by the published cluster-network name (cluster DNS, then the Service).
-    let catalog = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "catalog"},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "crane", "image": images().name,
-            "imagePullPolicy": "Never", "args": ["catalog", cluster, "--insecure"]}]}});
-    apply_in(client, ns, catalog).await;
+    // An in-cluster builder (crane is go-containerregistry, as ko, kpack and Knative are) pushes to the published
+    // cluster-network address and lists it, with no --insecure: go-containerregistry picks HTTP for it by itself.
+    let crane = |pod: &str, args: Vec<String>| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "crane", "image": images().name,
+                "imagePullPolicy": "Never", "args": args}]}})
+    };
+    let copy = ["copy".into(), format!("{cluster}/kep/{name}:1"), format!("{cluster}/kep/{name}-built:1")];
+    apply_in(client, ns, crane("build", copy.into())).await;
+    let phase = wait_phase(client, ns, "build", &["Succeeded", "Failed"]).await;
+    assert_eq!(phase, "Succeeded", "crane copy within {cluster}: {}", logs(client, ns, "build").await);
+    apply_in(client, ns, crane("catalog", vec!["catalog".into(), cluster.clone()])).await;
     let phase = wait_phase(client, ns, "catalog", &["Succeeded", "Failed"]).await;
     let listed = logs(client, ns, "catalog").await;
-    let repository = format!("kep/{name}");
-    assert!(phase == "Succeeded" && listed.lines().any(|l| l == repository), "{cluster}/v2/: {phase}: {listed}");
+    for repository in [format!("kep/{name}"), format!("kep/{name}-built")] {
+        assert!(phase == "Succeeded" && listed.lines().any(|l| l == repository), "{cluster}/v2/: {phase}: {listed}");
+    }
 }
 
 /// The controller's process as the node runs it: found through its container's cgroup.
@@ -252,8 +260,9 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
     .await;
     nodeport_registry(&client, &ns).await;
 
-    // Published with the default node address: tools on the node push to localhost.
-    let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
+    // Published with the default node address: tools on the node push to localhost; pods get the ClusterIP,
+    // which go-containerregistry dials over plain HTTP.
+    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
@@ -323,8 +332,9 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
         "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
     apply_in(&client, "kube-system", service).await;
+    let cluster_host = format!("{}:80", cluster_ip(&client, "kube-system", "registry").await);
     let document = wait_published(&client, &ns, "hosting", "minikube's registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some("registry.kube-system.svc.cluster.local:80")
+        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
     .await;
     let node_ip = node().network().node_ip;
@@ -591,7 +601,7 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     values.extend(isolated_values(&ns));
     values.extend(["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()]);
     helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
+    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
@@ -704,13 +714,8 @@ async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
     found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", run()))
 }
 
-async fn cluster_ip(client: &Client, ns: &str, name: &str) -> String {
-    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns).get(name).await;
-    service.expect("service").spec.and_then(|s| s.cluster_ip).expect("a ClusterIP")
-}
-
 #[tokio::test]
-async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_runtime_and_leaves_nothing() {
+async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_runtime_and_leaves_nothing() {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     images();
@@ -722,12 +727,18 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
     let foreign = format!("server = \"https://mirror.{ns}.example:5000\"\n[host.\"http://127.0.0.1:1\"]\n");
     std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
 
-    // A ClusterIP registry as Camel K and in-cluster builders use it: pods name it by its cluster DNS name.
+    // A ClusterIP registry as Camel K and in-cluster builders use it: pods name it by the published
+    // hostFromClusterNetwork, by default its ClusterIP; with an annotation, its cluster DNS name.
     apply_in(&client, &ns, registry_deployment()).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(&client, &ns, service.clone()).await;
+    let address = format!("registry.{ns}.svc.cluster.local:5000");
+    let registry_service = |annotations: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
+            "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
+    };
+    let by_ip = registry_service(json!({}));
+    let service = registry_service(json!({"local-registry-publisher.io/host-from-cluster-network": address}));
+    apply_in(&client, &ns, by_ip.clone()).await;
     let mut values = own_configmap_values(&ns);
     values.extend(isolated_values(&ns));
     let chart = |extra: &[&str]| -> Vec<String> {
@@ -749,15 +760,35 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
         ok(tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
     };
     helm_install("nodepull", &ns, &chart(&[]).iter().map(String::as_str).collect::<Vec<_>>());
-    let address = format!("registry.{ns}.svc.cluster.local:5000");
-    wait_published(&client, &ns, "hosting", "the ClusterIP registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some(address.as_str())
-    })
-    .await;
     let ip = cluster_ip(&client, &ns, "registry").await;
+    let published_as = |wanted: String| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            wait_published(&client, &ns, "hosting", "the ClusterIP registry", |d| {
+                d.host_from_cluster_network.as_deref() == Some(wanted.as_str())
+            })
+            .await
+        }
+    };
+    published_as(format!("{ip}:5000")).await;
     push(true, &own_image("node-pulls"), &format!("{ip}:5000/nodepull/app:1"), None);
 
-    // Without the agent the node's containerd cannot even resolve the name (cluster DNS is not the node's).
+    // Without the agent the node's containerd dials the ClusterIP over HTTPS, which the registry does not speak.
+    apply_in(&client, &ns, app_pod("without-ip", &format!("{ip}:5000/nodepull/app:1"))).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &ns, "without-ip").await.filter(|w| w.contains("server gave HTTP response to HTTPS client"))
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "pulling the ClusterIP without the agent: {:?}",
+        waiting(&client, &ns, "without-ip").await
+    );
+
+    // Published by name, it cannot even be resolved (cluster DNS is not the node's).
+    apply_in(&client, &ns, service.clone()).await;
+    published_as(address.clone()).await;
     let image = format!("{address}/nodepull/app:1");
     apply_in(&client, &ns, app_pod("without", &image)).await;
     let refused = wait_until(SOON, || async {
@@ -810,6 +841,20 @@ async fn the_node_agent_makes_the_cluster_network_name_pullable_by_the_nodes_run
     std::fs::remove_file(hosts_dir.join(&address).join("hosts.toml")).unwrap();
     wait_hosts_toml(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by")))
         .await;
+
+    // Published by its ClusterIP (the annotation removed), the address gets a file of its own and the name's goes.
+    apply_in(&client, &ns, by_ip).await;
+    let address = format!("{moved}:5000");
+    published_as(address.clone()).await;
+    let (text, _) = wait_hosts_toml(&address, "by ClusterIP", |t| t.is_some()).await;
+    assert!(text.unwrap().contains(&format!("[host.\"http://{moved}:5000\"]")));
+    apply_in(&client, &ns, app_pod("by-ip", &format!("{address}/nodepull/app:1"))).await;
+    wait_phase(&client, &ns, "by-ip", &["Running"]).await;
+    wait_until(SOON, || async {
+        (!hosts_dir.join(format!("registry.{ns}.svc.cluster.local:5000")).exists()).then_some(())
+    })
+    .await
+    .expect("the name's directory was not removed once the name was withdrawn");
 
     // Turned off, then on again and uninstalled: nothing of ours is left, the foreign file is untouched.
     upgrade(chart(&["nodeAgent.enabled=false"]));
@@ -958,7 +1003,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     ok(node_tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
     wait_controller_image(&client, &ns, &format!("{repository}:{version}")).await;
     // The controller publishes the address its own image was pulled through.
-    let cluster_host = format!("registry.{ns}.svc.cluster.local:5000");
+    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })

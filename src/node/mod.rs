@@ -39,7 +39,8 @@ pub struct HostEntry {
 /// nothing (containerd dials loopback over HTTP itself), and a registry with no endpoint a node reaches gets no
 /// entry.
 pub fn plan(published: Option<&Published>) -> NodePlan {
-    let Some(published) = published else {
+    // A registry that serves TLS is dialled over HTTPS as named; a plain-HTTP endpoint would be wrong for it.
+    let Some(published) = published.filter(|published| !published.ports.tls) else {
         return NodePlan::default();
     };
     let Some(endpoint) = endpoint(published) else {

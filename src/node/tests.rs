@@ -24,15 +24,34 @@ fn nothing_published_plans_nothing() {
 }
 
 #[test]
-fn the_cluster_network_name_goes_to_the_cluster_ip_and_loopback_at_the_node_port_needs_nothing() {
+fn the_cluster_network_address_goes_to_the_cluster_ip_and_loopback_at_the_node_port_needs_nothing() {
     let nodeport =
         service("registry", "registry").type_("NodePort").cluster_ip("10.96.0.12").port(None, 5000, Some(30500));
-    let published = published(nodeport);
-    assert_eq!(published.document.host.as_deref(), Some("localhost:30500"));
+    let by_ip = published(nodeport);
+    assert_eq!(by_ip.document.host.as_deref(), Some("localhost:30500"));
+    // containerd dials every address but loopback over HTTPS, the ClusterIP too.
+    assert_eq!(by_ip.document.host_from_cluster_network.as_deref(), Some("10.96.0.12:5000"));
+    assert_eq!(entries(&plan(Some(&by_ip))), [("10.96.0.12:5000", "http://10.96.0.12:5000")]);
+    // A name given by annotation is mapped the same way.
+    let named = service("registry", "registry")
+        .cluster_ip("10.96.0.12")
+        .port(None, 5000, None)
+        .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "registry.registry.svc.cluster.local:5000");
     assert_eq!(
-        entries(&plan(Some(&published))),
+        entries(&plan(Some(&published(named)))),
         [("registry.registry.svc.cluster.local:5000", "http://10.96.0.12:5000")]
     );
+}
+
+#[test]
+fn a_registry_that_serves_tls_gets_no_plain_http_endpoint() {
+    let tls = service("registry", "registry").cluster_ip("10.96.0.12").port_protocol(5000, "https");
+    let published = published(tls);
+    assert_eq!(
+        published.document.host_from_cluster_network.as_deref(),
+        Some("registry.registry.svc.cluster.local:5000")
+    );
+    assert_eq!(plan(Some(&published)), NodePlan::default());
 }
 
 #[test]
@@ -46,9 +65,9 @@ fn a_kind_shaped_host_and_a_loopback_port_the_node_does_not_serve_are_mapped() {
     assert_eq!(
         entries(&plan),
         [
+            ("10.96.0.12:5000", "http://10.96.0.12:5000"),
             ("kind-registry:5000", "http://10.96.0.12:5000"),
             ("localhost:5001", "http://10.96.0.12:5000"),
-            ("registry.registry.svc.cluster.local:5000", "http://10.96.0.12:5000"),
         ]
     );
 }

@@ -23,7 +23,7 @@ fn registry(credentials: Option<&str>) -> Published {
             ..LocalRegistryHostingV1::default()
         },
         service,
-        ports: crate::registry::Ports { service: Some(5000), node: Some(30500) },
+        ports: crate::registry::Ports { service: Some(5000), node: Some(30500), tls: false },
     }
 }
 

@@ -64,6 +64,10 @@ impl ServiceBuilder {
         }
         self.push_port(entry)
     }
+    /// A port that declares its protocol (`appProtocol`).
+    pub fn port_protocol(self, port: i32, app_protocol: &str) -> Self {
+        self.push_port(json!({"port": port, "appProtocol": app_protocol}))
+    }
     fn push_port(mut self, entry: Value) -> Self {
         if let Some(ports) = self.0["spec"]["ports"].as_array_mut() {
             ports.push(entry);
@@ -197,7 +201,7 @@ pub fn registry(name: &str, priority: i32, ready: bool) -> Registry {
         created: None,
         ready,
         document: Ok(document),
-        ports: super::Ports { service: Some(5000), node: Some(30000 + priority) },
+        ports: super::Ports { service: Some(5000), node: Some(30000 + priority), tls: false },
         reference: identity.reference(),
         service,
     }

@@ -172,6 +172,9 @@ pub struct Problem {
 pub struct Ports {
     pub service: Option<i32>,
     pub node: Option<i32>,
+    /// The Service port says it serves TLS (see `values::serves_tls`); otherwise the registry is taken to speak
+    /// plain HTTP, as local registries do.
+    pub tls: bool,
 }
 
 /// A registry Service in an allowed namespace, and what it would publish.

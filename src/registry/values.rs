@@ -1,8 +1,9 @@
 //! The values one registry Service publishes: its port, readiness, and the four document fields.
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
@@ -66,9 +67,12 @@ fn document(
         Err(_) => port.map_or_else(|| address.to_string(), |port| format!("{address}:{port}")),
     };
 
-    let cluster_network = match &external_name {
-        Some(name) => with_port(name, service_port),
-        None => with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), service_port),
+    let cluster_network = match (&external_name, plain_http_cluster_ip(&spec, ports)) {
+        (Some(name), _) => with_port(name, service_port),
+        (None, Some(ip)) => with_port(&ip.to_string(), service_port),
+        (None, None) => {
+            with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), service_port)
+        }
     };
     let load_balancer =
         service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
@@ -102,6 +106,15 @@ fn document(
     };
     derived.validate().map_err(|invalid| Problem { fault: Fault::InvalidValue, message: not_publishable(&invalid) })?;
     Ok(derived)
+}
+
+/// The ClusterIP pods publish to when the registry speaks plain HTTP and the address is one that
+/// go-containerregistry (ko, kpack, crane, Knative's builders) dials over HTTP without an `insecure` flag: it does
+/// so only for RFC 1918 addresses, loopback and `*.localhost` (`Registry.Scheme` in pkg/name/registry.go, v0.22.1),
+/// so the Service's DNS name would be dialled over HTTPS and fail. Other readers take an IP address as well as a name.
+fn plain_http_cluster_ip(spec: &ServiceSpec, ports: Ports) -> Option<Ipv4Addr> {
+    let ip: Ipv4Addr = spec.cluster_ip.as_deref()?.parse().ok()?;
+    (!ports.tls && ports.service.is_some() && ip.is_private()).then_some(ip)
 }
 
 /// Why a derived value cannot be published, and a fix that would pass: the annotation that overrides that field,
@@ -152,7 +165,16 @@ fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, cluster
     let type_ = service.spec.as_ref().and_then(|s| s.type_.as_deref());
     let node_port = port.and_then(|p| p.node_port).filter(|_| matches!(type_, Some("NodePort" | "LoadBalancer")));
     let host_port = port.and_then(|p| host_port(service, p, origin, cluster));
-    Ports { service: port.map(|p| p.port), node: host_port.or(node_port) }
+    Ports { service: port.map(|p| p.port), node: host_port.or(node_port), tls: port.is_some_and(serves_tls) }
+}
+
+/// Whether a Service port declares TLS: its `appProtocol` is `https`, or its name is `https` or starts with
+/// `https-` (the convention service meshes read). Local registries speak plain HTTP, so that is the default.
+pub(crate) fn serves_tls(port: &ServicePort) -> bool {
+    let name = port.name.as_deref().unwrap_or_default();
+    port.app_protocol.as_deref().is_some_and(|protocol| protocol.eq_ignore_ascii_case("https"))
+        || name == "https"
+        || name.starts_with("https-")
 }
 
 /// The port named `registry`, else the one the port annotation names, else the only one.
@@ -613,5 +635,36 @@ mod tests {
         let external =
             labelled(service("reg", "ext").type_("ExternalName").external_name("r.example").port(None, 5000, None));
         assert!(allowed_registries(&external, &settings)[0].ready);
+    }
+
+    #[test]
+    fn pods_get_a_private_cluster_ip_of_a_plain_http_registry_and_the_name_otherwise() {
+        let settings = Settings::default();
+        let published = |service: ServiceBuilder| publish(&labelled(service), &settings).expect("publishable");
+        let cluster_network = |service| published(service).host_from_cluster_network;
+        let zot = || service("reg", "zot");
+        let name = Some("zot.reg.svc.cluster.local:5000".to_string());
+        // go-containerregistry dials 10/8, 172.16/12 and 192.168/16 over HTTP, a DNS name over HTTPS.
+        for ip in ["10.96.0.12", "172.20.1.2", "192.168.3.4"] {
+            assert_eq!(cluster_network(zot().cluster_ip(ip).port(None, 5000, None)), Some(format!("{ip}:5000")));
+        }
+        let https = zot().cluster_ip("10.96.0.12");
+        assert_eq!(cluster_network(https.clone().port_protocol(5000, "HTTPS")), name, "appProtocol https");
+        assert_eq!(cluster_network(https.clone().port(Some("https"), 5000, None)), name, "port named https");
+        assert_eq!(cluster_network(https.port(Some("https-registry"), 5000, None)), name, "port named https-*");
+        // Outside those ranges go-containerregistry would dial HTTPS to the address too.
+        for ip in ["100.64.0.10", "203.0.113.7", "fd00:10:96::12", "None"] {
+            assert_eq!(cluster_network(zot().cluster_ip(ip).port(None, 5000, None)), name, "cluster IP {ip}");
+        }
+        // The annotation still decides when it is set.
+        let annotated = zot()
+            .cluster_ip("10.96.0.12")
+            .port(None, 5000, None)
+            .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "zot.reg.svc.cluster.local:5000");
+        assert_eq!(cluster_network(annotated), name);
+        // A TLS registry tells the node plan so too: it gets no plain-HTTP endpoint.
+        let registries =
+            allowed_registries(&labelled(zot().cluster_ip("10.96.0.12").port_protocol(5000, "https")), &settings);
+        assert!(registries[0].ports.tls);
     }
 }

@@ -220,9 +220,14 @@ impl Scenario {
             .expect("a document")
     }
 
-    /// Waits until `hostFromClusterNetwork` names `service` in this namespace on `port`.
+    /// What a plain-HTTP registry behind `service` in this namespace publishes for pods on `port`.
+    pub async fn cluster_host(&self, service: &str, port: u16) -> String {
+        format!("{}:{port}", cluster_ip(&self.client, &self.ns, service).await)
+    }
+
+    /// Waits until `hostFromClusterNetwork` is `service`'s ClusterIP in this namespace, on `port`.
     pub async fn wait_cluster_host(&self, service: &str, port: u16) -> LocalRegistryHostingV1 {
-        let wanted = format!("{service}.{}.svc.cluster.local:{port}", self.ns);
+        let wanted = self.cluster_host(service, port).await;
         self.wait_published(&format!("hostFromClusterNetwork {wanted}"), |d| {
             d.as_ref().and_then(|d| d.host_from_cluster_network.as_deref()) == Some(wanted.as_str())
         })
@@ -328,6 +333,13 @@ impl Scenario {
             None => panic!("no {reason} Event on {name}; its events: {:?}", self.events_for(name).await),
         }
     }
+}
+
+/// The ClusterIP of Service `name` in `ns`.
+pub async fn cluster_ip(client: &Client, ns: &str, name: &str) -> String {
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns).get(name).await;
+    let service = service.unwrap_or_else(|e| panic!("Service {ns}/{name}: {e}"));
+    service.spec.and_then(|s| s.cluster_ip).unwrap_or_else(|| panic!("Service {ns}/{name} has no ClusterIP"))
 }
 
 pub async fn apply_in(client: &Client, ns: &str, manifest: Value) {
