@@ -240,7 +240,7 @@ async fn client(args: &ClusterArgs) -> Result<Client, Error> {
         (None, Some(_)) => Config::from_kubeconfig(&options).await?,
         (None, None) => Config::infer().await?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(crate::connection::client(config)?)
 }
 
 /// Completes on Ctrl-C (the CLI's commands on a laptop that is not Unix).

@@ -18,7 +18,8 @@
 //!   endpoints; [`metrics`]; [`metrics_auth`]: authentication and authorization in front of /metrics;
 //! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace; [`memory`]: freed heap back to
 //!   the system;
-//! - [`config`]: flags; [`app`]: wiring for the binary; [`cli`]: `get`, `doctor` and `render` for registry users.
+//! - [`config`]: flags; [`connection`]: the API client, one HTTP/2 connection; [`app`]: wiring for the binary;
+//!   [`cli`]: `get`, `doctor` and `render` for registry users.
 //!
 //! One monotonic clock, tokio's `Instant`, times everything; wall time appears only in the timestamps /metrics
 //! reports. docs/architecture.md maps the modules, the tasks and their watches.
@@ -33,6 +34,7 @@ pub mod app;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod connection;
 pub mod controller;
 pub mod health;
 pub mod hosting;
