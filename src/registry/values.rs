@@ -108,7 +108,7 @@ fn document(
     Ok(derived)
 }
 
-/// The ClusterIP pods publish to when the registry speaks plain HTTP and the address is one that
+/// The ClusterIP published for pods when the registry speaks plain HTTP and the address is one that
 /// go-containerregistry (ko, kpack, crane, Knative's builders) dials over HTTP without an `insecure` flag: it does
 /// so only for RFC 1918 addresses, loopback and `*.localhost` (`Registry.Scheme` in pkg/name/registry.go, v0.22.1),
 /// so the Service's DNS name would be dialled over HTTPS and fail. Other readers take an IP address as well as a name.
@@ -170,7 +170,7 @@ fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, cluster
 
 /// Whether a Service port declares TLS: its `appProtocol` is `https`, or its name is `https` or starts with
 /// `https-` (the convention service meshes read). Local registries speak plain HTTP, so that is the default.
-pub(crate) fn serves_tls(port: &ServicePort) -> bool {
+fn serves_tls(port: &ServicePort) -> bool {
     let name = port.name.as_deref().unwrap_or_default();
     port.app_protocol.as_deref().is_some_and(|protocol| protocol.eq_ignore_ascii_case("https"))
         || name == "https"
