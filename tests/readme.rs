@@ -178,7 +178,16 @@ fn load_images() -> Image {
 }
 
 /// A registry pod behind a NodePort Service `name` in `ns`, at port 5000 and `node_port`.
-async fn nodeport_registry(client: &kube::Client, crane: &Image, ns: &str, name: &str, node_port: i32) {
+/// The registry Service `ns/name` at `node_port`; with `cluster_ip`, at that ClusterIP (the Quick start's example
+/// address, pinned as its nodePort is), else at one the API server assigns.
+async fn nodeport_registry(
+    client: &kube::Client,
+    crane: &Image,
+    ns: &str,
+    name: &str,
+    node_port: i32,
+    cluster_ip: Option<&str>,
+) {
     ok(support::tool(plane(), "kubectl", &["create", "namespace", ns]));
     let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
         "spec": {"selector": {"matchLabels": {"app": name}},
@@ -187,10 +196,19 @@ async fn nodeport_registry(client: &kube::Client, crane: &Image, ns: &str, name:
                 "args": ["registry", "serve", "--address", ":5000"],
                 "ports": [{"name": "registry", "containerPort": 5000}]}]}}}});
     apply_in(client, ns, registry).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+    let mut service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
         "spec": {"type": "NodePort", "selector": {"app": name},
             "ports": [{"name": "registry", "port": 5000, "nodePort": node_port}]}});
+    if let Some(ip) = cluster_ip {
+        service["spec"]["clusterIP"] = json!(ip);
+    }
     apply_in(client, ns, service).await;
+}
+
+/// The row's published values, its `<its ClusterIP>` being the ClusterIP of Service `ns/name`.
+async fn promised_for(client: &kube::Client, row: &[String], ns: &str, name: &str) -> Vec<String> {
+    let ip = support::cluster_ip(client, ns, name).await;
+    promised(row).iter().map(|line| line.replace("<its ClusterIP>", &ip)).collect()
 }
 
 /// A ConfigMap as the cluster's own script or addon writes it, which the row's takeOver replaces.
@@ -210,6 +228,10 @@ fn install_command(row: &[String], quick_install: &str) -> String {
 fn promised(row: &[String]) -> Vec<String> {
     spans(&row[3]).into_iter().filter(|s| s.contains(": \"")).collect()
 }
+
+/// The ClusterIP the Quick start's example output shows for the registry Service (in the lower band of the test
+/// cluster's Service range, which the API server hands out only once the upper band is full).
+const QUICK_START_CLUSTER_IP: &str = "10.96.0.12";
 
 const PUBLISHED: &str =
     "kubectl get configmap -n kube-public local-registry-hosting -o jsonpath='{.data.localRegistryHosting\\.v1}'";
@@ -232,7 +254,7 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     // Quick start. Step 1: the image is on the node. The user's registry: Service registry/registry.
     let crane = load_images();
     steps += 1;
-    nodeport_registry(&client, &crane, "registry", "registry", 30500).await;
+    nodeport_registry(&client, &crane, "registry", "registry", 30500, Some(QUICK_START_CLUSTER_IP)).await;
     let quick = section(&readme, "Quick start");
     let sh = blocks(&quick, "sh");
     assert_eq!(sh.len(), 6, "the Quick start's shell blocks changed: {sh:#?}");
@@ -312,8 +334,11 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
     let minikube = row(&per_cluster, "minikube");
     as_written("the minikube row's install", &install_command(&minikube, install), &home);
     let node_ip = plane.real_node().expect("a real node").network().node_ip.to_string();
-    let expected: Vec<String> =
-        promised(&minikube).iter().map(|line| line.replace("<minikube ip>", &node_ip)).collect();
+    let expected: Vec<String> = promised_for(&client, &minikube, "kube-system", "registry")
+        .await
+        .iter()
+        .map(|line| line.replace("<minikube ip>", &node_ip))
+        .collect();
     until_it_prints("the minikube row's document", PUBLISHED, &expected, &home).await;
     steps += 2;
     uninstall(&home);
@@ -321,12 +346,13 @@ async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
 
     let node = plane.real_node().expect("a real node").name().to_string();
     ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster=true"]));
-    nodeport_registry(&client, &crane, "container-registry", "registry", 32000).await;
+    nodeport_registry(&client, &crane, "container-registry", "registry", 32000, None).await;
     scripted_configmap(&client, "host: \"localhost:32000\"\nhelp: \"https://microk8s.io/docs/registry-built-in\"\n")
         .await;
     let microk8s = row(&per_cluster, "MicroK8s");
     as_written("the MicroK8s row's install", &install_command(&microk8s, install), &home);
-    until_it_prints("the MicroK8s row's document", PUBLISHED, &promised(&microk8s), &home).await;
+    let expected = promised_for(&client, &microk8s, "container-registry", "registry").await;
+    until_it_prints("the MicroK8s row's document", PUBLISHED, &expected, &home).await;
     steps += 2;
     uninstall(&home);
     ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster-"]));
