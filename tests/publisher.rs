@@ -77,7 +77,7 @@ async fn minikube_registry_addon_is_recognised_without_a_label() {
     let run = s.start();
     let published = s.wait_host(&format!("{}:5000", testbed::NODE_IP)).await;
     assert_eq!(published.host_from_container_runtime.as_deref(), Some("127.0.0.1:5000"));
-    let cluster_host = format!("{}:80", cluster_ip(&s.client, "kube-system", "registry").await);
+    let cluster_host = cluster_host(&s.client, "kube-system", "registry", 80).await;
     assert_eq!(published.host_from_cluster_network, Some(cluster_host));
     run.stop().await;
 
@@ -111,7 +111,7 @@ async fn microk8s_registry_addon_is_recognised_without_a_label() {
     let _run = s.start();
     let published = s.wait_host("localhost:32000").await;
     assert_eq!(published.host_from_container_runtime, None, "equal to host, so left to the readers' fallback");
-    let cluster_host = format!("{}:5000", cluster_ip(&s.client, "container-registry", "registry").await);
+    let cluster_host = cluster_host(&s.client, "container-registry", "registry", 5000).await;
     assert_eq!(published.host_from_cluster_network, Some(cluster_host));
     plane.delete_namespace(&s.client, "container-registry").await.expect("cleanup");
 }

@@ -23,7 +23,7 @@ use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
 use support::binary::status_field;
-use support::{apply_in, cluster_ip, ok, wait_until};
+use support::{apply_in, cluster_host, cluster_ip, ok, wait_until};
 use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
 
@@ -262,7 +262,7 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
 
     // Published with the default node address: tools on the node push to localhost; pods get the ClusterIP,
     // which go-containerregistry dials over plain HTTP.
-    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
+    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
     let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
@@ -332,7 +332,7 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
         "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
     apply_in(&client, "kube-system", service).await;
-    let cluster_host = format!("{}:80", cluster_ip(&client, "kube-system", "registry").await);
+    let cluster_host = cluster_host(&client, "kube-system", "registry", 80).await;
     let document = wait_published(&client, &ns, "hosting", "minikube's registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
@@ -601,7 +601,7 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     values.extend(isolated_values(&ns));
     values.extend(["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()]);
     helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
+    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })
@@ -1003,7 +1003,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     ok(node_tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
     wait_controller_image(&client, &ns, &format!("{repository}:{version}")).await;
     // The controller publishes the address its own image was pulled through.
-    let cluster_host = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
+    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
     })

@@ -113,7 +113,7 @@ async fn the_microk8s_addon_counts_only_on_a_microk8s_cluster() {
     let label = |value: serde_json::Value| json!({"metadata": {"labels": {"microk8s.io/cluster": value}}});
     nodes.patch(testbed::NODE_NAME, &PatchParams::default(), &Patch::Merge(label(json!("true")))).await.expect("label");
     let published = s.wait_host("localhost:32000").await;
-    let cluster_host = format!("{}:5000", cluster_ip(&s.client, "container-registry", "registry").await);
+    let cluster_host = cluster_host(&s.client, "container-registry", "registry", 5000).await;
     assert_eq!(published.host_from_cluster_network, Some(cluster_host));
     nodes.patch(testbed::NODE_NAME, &PatchParams::default(), &Patch::Merge(label(json!(null)))).await.expect("unlabel");
     s.wait_published("the withdrawal once no node says MicroK8s", Option::is_none).await;

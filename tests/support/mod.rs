@@ -222,7 +222,7 @@ impl Scenario {
 
     /// What a plain-HTTP registry behind `service` in this namespace publishes for pods on `port`.
     pub async fn cluster_host(&self, service: &str, port: u16) -> String {
-        format!("{}:{port}", cluster_ip(&self.client, &self.ns, service).await)
+        cluster_host(&self.client, &self.ns, service, port).await
     }
 
     /// Waits until `hostFromClusterNetwork` is `service`'s ClusterIP in this namespace, on `port`.
@@ -340,6 +340,11 @@ pub async fn cluster_ip(client: &Client, ns: &str, name: &str) -> String {
     let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns).get(name).await;
     let service = service.unwrap_or_else(|e| panic!("Service {ns}/{name}: {e}"));
     service.spec.and_then(|s| s.cluster_ip).unwrap_or_else(|| panic!("Service {ns}/{name} has no ClusterIP"))
+}
+
+/// `hostFromClusterNetwork` of a plain-HTTP registry behind Service `ns/name` on `port`: its ClusterIP and port.
+pub async fn cluster_host(client: &Client, ns: &str, name: &str, port: u16) -> String {
+    format!("{}:{port}", cluster_ip(client, ns, name).await)
 }
 
 pub async fn apply_in(client: &Client, ns: &str, manifest: Value) {
