@@ -1,6 +1,7 @@
 //! Which Services are registries, and what each would publish. Pure: it reads a [`Cluster`] snapshot of the
 //! watched objects and never talks to the API server. [`watched`] lists what the publisher watches.
 
+mod index;
 mod kept;
 mod values;
 pub mod watched;
@@ -9,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 use kube::core::{Resource, Selector};
@@ -18,6 +18,7 @@ use crate::hosting::LocalRegistryHostingV1;
 use crate::hosting::configmap::Stored;
 use crate::settings::Settings;
 use crate::watching::{WatchKey, one_of};
+use index::Index;
 pub use values::needs_node_address;
 pub use watched::{Cluster, Interest};
 
@@ -34,17 +35,6 @@ impl Cluster {
             self.deployments.iter().chain(&self.statefulsets).chain(&self.daemonsets).map(AsRef::as_ref).collect();
         workloads.sort_by(|a, b| (&a.namespace, &a.name, a.kind).cmp(&(&b.namespace, &b.name, b.kind)));
         workloads
-    }
-
-    /// The slices of both slice watches, each once (a labelled selector-less Service's own slices may carry its
-    /// labels, so both may hold them).
-    pub fn slices(&self) -> impl Iterator<Item = &EndpointSlice> {
-        let mut seen = BTreeSet::new();
-        self.labelled_slices
-            .iter()
-            .chain(&self.endpoint_slices)
-            .filter(move |s| seen.insert((s.metadata.namespace.as_deref(), s.metadata.name.as_deref())))
-            .map(AsRef::as_ref)
     }
 
     /// The published ConfigMap as stored, if any.
@@ -232,7 +222,7 @@ pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
 /// The registry Services of one snapshot, found once and then asked which watches they need or what each would
 /// publish.
 pub struct Candidates<'a> {
-    cluster: &'a Cluster,
+    index: Index<'a>,
     /// Each Service, how it was found, and whether its namespace may name the cluster's registry.
     found: Vec<(&'a Arc<Service>, Origin, bool)>,
     /// Labelled Services in namespaces that are not allowed, seen by their identity only.
@@ -242,8 +232,12 @@ pub struct Candidates<'a> {
 }
 
 pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
-    let mut candidates =
-        Candidates { cluster, found: Vec::new(), ignored: Vec::new(), labelled_namespaces: BTreeSet::new() };
+    let mut candidates = Candidates {
+        index: Index::new(cluster),
+        found: Vec::new(),
+        ignored: Vec::new(),
+        labelled_namespaces: BTreeSet::new(),
+    };
     // A Service found several ways counts once, by the first way.
     let mut seen = BTreeSet::new();
     let mut add = |service: &'a Arc<Service>, origin: Origin, found: &mut Vec<_>| {
@@ -291,7 +285,7 @@ impl Candidates<'_> {
         let mut registries = Registries::default();
         for (service, origin, allowed) in &self.found {
             if *allowed {
-                registries.allowed.push(values::derive(service, origin.clone(), self.cluster, settings));
+                registries.allowed.push(values::derive(service, origin.clone(), &self.index, settings));
             } else {
                 let identity = Identity::of(&service.metadata);
                 registries.ignored.push(Ignored {
@@ -315,7 +309,7 @@ impl Candidates<'_> {
     /// Every watch the publisher needs: the fixed ones, and those these registries need. Nothing of an ignored
     /// registry is watched beyond its identity, so a tenant's thousand Services cost no more than their own objects.
     pub fn interest(&self, settings: &Settings) -> Interest {
-        let cluster = self.cluster;
+        let cluster = self.index.cluster;
         let mut interest = Interest::default();
         watched::fixed(&mut interest, settings);
         let workload_namespaces: BTreeSet<&str> = cluster.workloads().iter().map(|w| w.namespace.as_str()).collect();
@@ -329,7 +323,7 @@ impl Candidates<'_> {
             }
             let id = service_id(service);
             if values::needs_node_address(origin, settings) {
-                let nodes = values::endpoint_nodes(cluster, &id);
+                let nodes = values::endpoint_nodes(&self.index, &id);
                 interest.nodes.extend(nodes.iter().map(|name| WatchKey::everywhere().named(name)));
             }
             match pod_selector(service) {

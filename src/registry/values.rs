@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{Cluster, Fault, Identity, Origin, Ports, Problem, Registry, ServiceId, service_id};
+use super::index::Index;
+use super::{Fault, Identity, Origin, Ports, Problem, Registry, ServiceId, service_id};
 use crate::hosting::address::Host;
 use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
 use crate::keys::service as annotations;
@@ -15,7 +16,7 @@ use crate::settings::{NodeAddress, Settings};
 
 pub(super) const SERVICE_NAME_LABEL: &str = crate::keys::kubernetes::SERVICE_NAME;
 
-pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, settings: &Settings) -> Registry {
+pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, settings: &Settings) -> Registry {
     let id = service_id(service);
     let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
         None => (0, None),
@@ -29,16 +30,16 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, cluster: &Cluster, 
     };
     let port = registry_port(service, &origin);
     let ports = match &port {
-        Ok(port) => ports(service, *port, &origin, cluster),
+        Ok(port) => ports(service, *port, &origin, index),
         Err(_) => Ports::default(),
     };
     let document = match (priority_problem, port) {
         (Some(problem), _) | (None, Err(problem)) => Err(problem),
-        (None, Ok(_)) => document(service, &id, &origin, ports, cluster, settings),
+        (None, Ok(_)) => document(service, &id, &origin, ports, index, settings),
     };
     Registry {
         ports,
-        ready: ready(service, &id, cluster),
+        ready: ready(service, &id, index),
         priority,
         created: service.metadata.creation_timestamp.clone(),
         reference: Identity::of(&service.metadata).reference(),
@@ -54,7 +55,7 @@ fn document(
     id: &ServiceId,
     origin: &Origin,
     ports: Ports,
-    cluster: &Cluster,
+    index: &Index,
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let spec = service.spec.clone().unwrap_or_default();
@@ -81,9 +82,7 @@ fn document(
     let outside_port = ports.node;
     let host = match (load_balancer, outside_port) {
         (Some(address), _) => Some(with_port(&address, service_port)),
-        (None, Some(port)) => {
-            node_address(id, origin, cluster, settings).map(|address| with_port(&address, Some(port)))
-        }
+        (None, Some(port)) => node_address(id, origin, index, settings).map(|address| with_port(&address, Some(port))),
         (None, None) => None,
     };
     let host = overridden(service, Field::Host, host)?;
@@ -161,10 +160,10 @@ fn invalid_annotation(key: &str, value: &str, reason: &str) -> Problem {
 }
 
 /// The registry's Service port, and the hostPort or nodePort every node serves it at (a hostPort first).
-fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, cluster: &Cluster) -> Ports {
+fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, index: &Index) -> Ports {
     let type_ = service.spec.as_ref().and_then(|s| s.type_.as_deref());
     let node_port = port.and_then(|p| p.node_port).filter(|_| matches!(type_, Some("NodePort" | "LoadBalancer")));
-    let host_port = port.and_then(|p| host_port(service, p, origin, cluster));
+    let host_port = port.and_then(|p| host_port(service, p, origin, index));
     Ports { service: port.map(|p| p.port), node: host_port.or(node_port), tls: port.is_some_and(serves_tls) }
 }
 
@@ -236,9 +235,10 @@ fn is_external_name(service: &Service) -> bool {
 
 /// A hostPort that reaches the registry: on the proxy DaemonSet (minikube), else on a registry pod's container
 /// port that the Service port targets.
-fn host_port(service: &Service, port: &ServicePort, origin: &Origin, cluster: &Cluster) -> Option<i32> {
+fn host_port(service: &Service, port: &ServicePort, origin: &Origin, index: &Index) -> Option<i32> {
     if *origin == Origin::Minikube {
-        let proxy_ports = cluster
+        let proxy_ports = index
+            .cluster
             .proxies
             .iter()
             .filter_map(|ds| ds.spec.as_ref()?.template.spec.as_ref())
@@ -249,7 +249,7 @@ fn host_port(service: &Service, port: &ServicePort, origin: &Origin, cluster: &C
         }
     }
     let target = port.target_port.clone().unwrap_or(IntOrString::Int(port.port));
-    registry_pods(service, cluster)
+    registry_pods(service, index)
         .flat_map(|pod| pod.spec.iter().flat_map(|s| &s.containers))
         .flat_map(|c| c.ports.iter().flatten())
         .filter(|p| match &target {
@@ -260,12 +260,12 @@ fn host_port(service: &Service, port: &ServicePort, origin: &Origin, cluster: &C
         .min()
 }
 
-fn registry_pods<'a>(service: &'a Service, cluster: &'a Cluster) -> impl Iterator<Item = &'a Pod> {
+fn registry_pods<'a>(service: &'a Service, index: &'a Index) -> impl Iterator<Item = &'a Pod> {
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty());
-    let namespace = service.namespace();
-    cluster.pods.iter().map(AsRef::as_ref).filter(move |pod| {
+    let pods = selector.map_or(&[][..], |_| index.pods_in(service.metadata.namespace.as_deref().unwrap_or_default()));
+    pods.iter().copied().filter(move |pod| {
         let labels = pod.labels();
-        pod.namespace() == namespace && selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        selector.is_some_and(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
     })
 }
 
@@ -275,10 +275,10 @@ pub fn needs_node_address(origin: &Origin, settings: &Settings) -> bool {
 }
 
 /// How tools outside the cluster reach this registry's node. minikube is always reached at its node's IP.
-fn node_address(id: &ServiceId, origin: &Origin, cluster: &Cluster, settings: &Settings) -> Option<String> {
+fn node_address(id: &ServiceId, origin: &Origin, index: &Index, settings: &Settings) -> Option<String> {
     if needs_node_address(origin, settings) {
-        let node_name = endpoint_nodes(cluster, id).into_iter().next()?;
-        let node = cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
+        let node_name = endpoint_nodes(index, id).into_iter().next()?;
+        let node = index.cluster.nodes.iter().find(|n| n.name_any() == node_name)?;
         let addresses = node.status.as_ref()?.addresses.as_ref()?;
         let internal = addresses.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.as_str());
         return preferred_address(internal);
@@ -290,44 +290,37 @@ fn node_address(id: &ServiceId, origin: &Origin, cluster: &Cluster, settings: &S
 }
 
 /// Names of the nodes behind the Service's ready endpoints, sorted.
-pub(super) fn endpoint_nodes(cluster: &Cluster, id: &ServiceId) -> std::collections::BTreeSet<String> {
-    ready_endpoints(cluster, id).filter_map(|e| e.node_name.clone()).collect()
+pub(super) fn endpoint_nodes(index: &Index, id: &ServiceId) -> std::collections::BTreeSet<String> {
+    ready_endpoints(index, id).filter_map(|e| e.node_name.clone()).collect()
 }
 
 fn ready_endpoints<'a>(
-    cluster: &'a Cluster,
-    id: &'a ServiceId,
+    index: &'a Index,
+    id: &ServiceId,
 ) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::Endpoint> {
-    slices_of(cluster, id)
+    index
+        .slices_of(id)
+        .iter()
         .flat_map(|slice| slice.endpoints.iter().flatten())
         // An unknown readiness counts as ready, as the EndpointSlice API says.
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
 }
 
-fn slices_of<'a>(
-    cluster: &'a Cluster,
-    id: &'a ServiceId,
-) -> impl Iterator<Item = &'a k8s_openapi::api::discovery::v1::EndpointSlice> {
-    cluster.slices().filter(move |slice| {
-        slice.namespace().as_deref() == Some(id.namespace.as_str())
-            && slice.labels().get(SERVICE_NAME_LABEL) == Some(&id.name)
-    })
-}
-
 /// ExternalName Services, and selector-less ones nobody wrote EndpointSlices for, have nothing to be ready.
-fn ready(service: &Service, id: &ServiceId, cluster: &Cluster) -> bool {
+fn ready(service: &Service, id: &ServiceId, index: &Index) -> bool {
     if is_external_name(service) {
         return true;
     }
     let has_selector = service.spec.as_ref().and_then(|s| s.selector.as_ref()).is_some_and(|s| !s.is_empty());
-    if !has_selector && slices_of(cluster, id).next().is_none() {
+    if !has_selector && index.slices_of(id).is_empty() {
         return true;
     }
-    ready_endpoints(cluster, id).next().is_some()
+    ready_endpoints(index, id).next().is_some()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Cluster;
     use super::super::fixtures::*;
     use super::*;
     use crate::keys::service as annotations;
