@@ -26,6 +26,10 @@ pub mod service {
     pub const PRIORITY: &str = "local-registry-publisher.io/priority";
     /// Names the Secret in the Service's namespace that holds its pull credentials (see `crate::pull`).
     pub const PULL_SECRET: &str = "local-registry-publisher.io/pull-secret";
+    /// `configmap/<name>` or `secret/<name>`: the object in the Service's namespace whose `ca.crt` holds the CA
+    /// bundle a TLS registry's certificate chains to, which the node agent gives each node's containerd (see
+    /// `crate::node`).
+    pub const CA_BUNDLE: &str = "local-registry-publisher.io/ca-bundle";
     /// Every annotation of ours starts with this; stored Services keep only these.
     pub const PREFIX: &str = "local-registry-publisher.io/";
 }

@@ -769,3 +769,26 @@ async fn token_reviews() -> f64 {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }
+
+#[test]
+fn the_controller_may_read_exactly_the_ca_bundles_the_chart_names_and_none_by_default() {
+    let ca_roles = |values: &[&str]| -> Vec<serde_json::Value> {
+        let chart = chart();
+        let mut template = vec!["template", "lrp", chart.as_str(), "--set", "nodeAgent.enabled=true"];
+        template.extend(values.iter().flat_map(|value| ["--set", *value]));
+        let rendered = ok(tool("helm", &template));
+        let roles = rendered_objects(&rendered, "ClusterRole");
+        roles.into_iter().filter(|role| role["metadata"]["name"] == "lrp-local-registry-publisher-ca-bundles").collect()
+    };
+    // An empty resourceNames list would grant every ConfigMap and Secret: no rule at all instead.
+    assert!(ca_roles(&[]).is_empty());
+    let roles = ca_roles(&["nodeAgent.caBundles={registry-ca,registry-tls}"]);
+    assert_eq!(roles.len(), 1);
+    assert_eq!(
+        roles[0]["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"],
+            "resourceNames": ["registry-ca", "registry-tls"], "verbs": ["get", "list", "watch"]}])
+    );
+    let refused = tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.caBundles={Not_A_Name}"]);
+    assert!(!refused.status.success(), "a name the API server could not hold is refused");
+}

@@ -21,6 +21,7 @@ use kube::Client;
 use kube::api::{Api, LogParams};
 use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
+use local_registry_publisher::node::files::{CA_FILE, HEADER};
 use serde_json::json;
 use support::binary::status_field;
 use support::{apply_in, cluster_host, cluster_ip, ok, wait_until};
@@ -867,6 +868,136 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     assert!(!hosts_dir.join(&address).exists());
     assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
     std::fs::remove_dir_all(&foreign_dir).unwrap();
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_that_serves_tls() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "nodetls").await.expect("namespace");
+    let hosts_dir = node().hosts_dir();
+    // The Service first: the registry's certificate names its ClusterIP, where nodes reach it, and its name.
+    let service = |ca_bundle: &str| {
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
+                "annotations": {"local-registry-publisher.io/ca-bundle": ca_bundle}},
+            "spec": {"type": "NodePort", "selector": {"app": "registry"},
+                "ports": [{"name": "registry", "port": 5000, "appProtocol": "https"}]}})
+    };
+    apply_in(&client, &ns, service("configmap/registry-ca")).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let address = format!("registry.{ns}.svc.cluster.local:5000");
+    let name = format!("registry.{ns}.svc.cluster.local");
+    let tls = testbed::private_tls(&[&name, &ip, "localhost", "127.0.0.1"]).expect("certificates");
+    apply_in(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry-ca"},
+        "data": {"ca.crt": tls.ca}}),
+    )
+    .await;
+    apply_in(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-tls"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}}),
+    )
+    .await;
+    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {
+                "containers": [{
+                    "name": "registry", "image": images().name, "imagePullPolicy": "Never",
+                    "command": ["/authregistry", "--address", ":5000", "--anonymous",
+                        "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
+                    "ports": [{"name": "registry", "containerPort": 5000}],
+                    "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
+                        "periodSeconds": 1}}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
+    apply_in(&client, &ns, registry).await;
+    let mut values = own_configmap_values(&ns);
+    values.extend(isolated_values(&ns));
+    let values = |extra: &[&str]| -> Vec<String> {
+        let mut all = values.clone();
+        all.extend(extra.iter().map(|v| v.to_string()));
+        all
+    };
+    helm_install("nodetls", &ns, &values(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let document = wait_published(&client, &ns, "hosting", "the TLS registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(address.as_str())
+    })
+    .await;
+    let host = document.host.clone().expect("a host for tools outside");
+    push(true, &own_image("node-tls"), &format!("{host}/nodetls/app:1"), None);
+
+    // Without the agent a pod naming the registry as pods reach it fails on the node: cluster DNS is not the
+    // node's, and the node's containerd does not know the registry's CA.
+    let image = format!("{address}/nodetls/app:1");
+    apply_in(&client, &ns, app_pod("without", &image)).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &ns, "without").await.filter(|w| w.contains(&format!("lookup {name}")))
+    })
+    .await;
+    assert!(refused.is_some(), "pulling by name without the agent: {:?}", waiting(&client, &ns, "without").await);
+    apply_in(&client, &ns, app_pod("without-ca", &format!("{ip}:5000/nodetls/app:1"))).await;
+    let untrusted = wait_until(SOON, || async {
+        waiting(&client, &ns, "without-ca").await.filter(|w| w.contains("certificate signed by unknown authority"))
+    })
+    .await;
+    assert!(untrusted.is_some(), "pulling without the CA: {:?}", waiting(&client, &ns, "without-ca").await);
+
+    // With the agent, and the CA bundle's name allowed, every node's containerd gets the CA beside a file that maps
+    // the name to the ClusterIP over HTTPS, and the same pod runs.
+    let agent_on = [
+        "nodeAgent.enabled=true".to_string(),
+        format!("nodeAgent.configPath={}", hosts_dir.display()),
+        "nodeAgent.resync=2s".into(),
+        "nodeAgent.caBundles={registry-ca}".into(),
+    ];
+    let agent_on: Vec<&str> = agent_on.iter().map(String::as_str).collect();
+    let chart_dir = root().join("charts/local-registry-publisher").display().to_string();
+    let mut upgrade = vec!["upgrade", "nodetls", &chart_dir, "-n", &ns, "--wait", "--timeout", "180s"];
+    let settings = values(&agent_on);
+    upgrade.extend(settings.iter().flat_map(|v| ["--set", v.as_str()]));
+    ok(tool("helm", &upgrade));
+    let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    println!("node file with the CA written {took:?} after helm upgrade --wait returned");
+    let text = text.unwrap();
+    assert!(text.contains(&format!("[host.\"https://{ip}:5000\"]")), "{text}");
+    assert!(text.contains(&format!("  ca = \"{CA_FILE}\"\n")), "{text}");
+    let ca = std::fs::read_to_string(hosts_dir.join(&address).join(CA_FILE)).expect("the CA beside the file");
+    assert_eq!(ca, format!("{HEADER}\n{}", tls.ca));
+    apply_in(&client, &ns, app_pod("with", &image)).await;
+    wait_phase(&client, &ns, "with", &["Running"]).await;
+
+    // A CA bundle the chart does not let the controller read: told on the registry's Service, and the node's files
+    // for it go (no node would trust the registry).
+    apply_in(&client, &ns, service("configmap/elsewhere-ca")).await;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let told = wait_until(SOON, || async {
+        let listed = events.list(&Default::default()).await.ok()?;
+        let regarding = |e: &k8s_openapi::api::events::v1::Event| e.regarding.as_ref().and_then(|r| r.name.clone());
+        let told = listed
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CaBundleUnusable") && regarding(e).as_deref() == Some("registry"));
+        told.and_then(|e| e.note)
+    })
+    .await
+    .expect("no CaBundleUnusable Event on the registry's Service");
+    assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
+    wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
+    assert!(!hosts_dir.join(&address).exists(), "the CA file and the directory go with the file");
+
+    // Readable again, then uninstalled: nothing of ours is left.
+    apply_in(&client, &ns, service("configmap/registry-ca")).await;
+    wait_hosts_toml(&address, "CA readable again", |t| t.is_some()).await;
+    ok(tool("helm", &["uninstall", "nodetls", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    assert!(!hosts_dir.join(&address).exists());
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 

@@ -10,15 +10,24 @@ use kube::{Client, ResourceExt};
 
 use super::text::say;
 use crate::keys;
-use crate::node::{self, NodePlan, Reason};
+use crate::node::{NodePlan, Reason};
 use crate::publish::Published;
 use crate::settings::NodePlanTarget;
 
 /// Reports the node pulls of `published`; returns whether all is well. `agents` is where the running controller
 /// keeps the node plan, `None` when the node agent is off.
 pub async fn report(client: &Client, published: Option<&Published>, agents: Option<&NodePlanTarget>) -> bool {
-    let plan = node::plan(published);
+    let plan = crate::controller::node::observe(client, published).await;
     say!("\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    if plan.hosts.is_empty() && published.is_some_and(|p| p.ports.tls) {
+        say!(
+            "  the registry serves TLS: nodes are configured for it only with its CA bundle (annotation {}, \
+             readable by the controller: chart value nodeAgent.caBundles); without one each node's containerd \
+             pulls the published addresses as they are",
+            keys::service::CA_BUNDLE
+        );
+        return true;
+    }
     if plan.hosts.is_empty() {
         say!("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
         return true;

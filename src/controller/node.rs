@@ -1,33 +1,59 @@
-//! The node-plan task (`--node-plan-configmap`): follows the registry the publisher hands on and keeps
-//! [`node::plan`] of it in one ConfigMap of the controller's own namespace, which is all a node agent reads. It
-//! writes only when the plan changed, and retries on its own clock, so the ConfigMap path never waits for it.
+//! The node-plan task (`--node-plan-configmap`): follows the registry the publisher hands on, and the CA bundle a
+//! TLS registry names, and keeps [`node::plan`] of them in one ConfigMap of the controller's own namespace, which is
+//! all a node agent reads. It writes only when the plan changed, and retries on its own clock, so the ConfigMap
+//! path never waits for it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{error, info};
+use tracing::{debug, error, info, warn};
 
+use super::events::EventLog;
+use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
 use crate::keys::MANAGER;
-use crate::node::{self, NodePlan, PLAN_KEY};
+use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason, node_watch_sets};
+use crate::publish::Published;
 use crate::settings::NodePlanTarget;
+
+watch_sets!(node_watch_sets, Watches, Interest, Observed);
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
 
+/// The node plan of `published` as the running controller would make it, once the CA bundle it names was read
+/// (for `doctor`, which reads with its own identity).
+pub async fn observe(client: &kube::Client, published: Option<&Published>) -> NodePlan {
+    let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
+    let mut watches = Watches::new(client, &signals);
+    loop {
+        if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published)) {
+            let ca = published.map(|p| node::ca_bundle(p, &observed));
+            return node::plan(published, ca.and_then(Result::ok).flatten().as_deref());
+        }
+        signals.changed.notified().await;
+    }
+}
+
 pub struct NodePlanner {
     api: Api<ConfigMap>,
     target: NodePlanTarget,
+    signals: Signals,
+    watches: Watches,
+    events: EventLog<Notice>,
     context: Context,
     published: watch::Receiver<Handoff>,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
+    /// The last CA bundle problem logged, so it is logged once.
+    ca_problem: Option<String>,
 }
 
 impl NodePlanner {
@@ -37,7 +63,18 @@ impl NodePlanner {
         context: Context,
         published: watch::Receiver<Handoff>,
     ) -> Self {
-        Self { api: Api::namespaced(client.clone(), &target.namespace), target, context, published, stored: None }
+        let signals = Signals::new(context.metrics.clone(), context.health.clone());
+        Self {
+            api: Api::namespaced(client.clone(), &target.namespace),
+            events: EventLog::start(client.clone(), "PlanNodes", &context.instance),
+            watches: Watches::new(client, &signals),
+            signals,
+            target,
+            context,
+            published,
+            stored: None,
+            ca_problem: None,
+        }
     }
 
     /// Keeps the plan until `shutdown` completes.
@@ -46,17 +83,17 @@ impl NodePlanner {
         futures::pin_mut!(shutdown);
         let health = self.context.health.clone();
         health.start(Task::NodePlan);
-        health.set_synced(Task::NodePlan, true);
         let mut retry = RetryClock::for_writes();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
+                () = self.signals.changed.notified() => "change",
                 Ok(()) = self.published.changed() => "published",
                 () = retry.due() => "retry",
                 Ok(()) = self.context.leading.changed() => "leadership",
                 _ = heartbeat.tick() => {
-                    health.beat(Task::NodePlan, true);
+                    health.beat(Task::NodePlan, self.watches.alive());
                     continue;
                 }
             };
@@ -64,11 +101,19 @@ impl NodePlanner {
             let Handoff::Decided(published) = self.published.borrow().clone() else {
                 continue;
             };
+            let settled = settle(&mut self.watches, &self.signals, |_| node::interest(published.as_deref()));
+            health.set_synced(Task::NodePlan, settled.is_some());
+            self.context.metrics.watching(CONTROLLER, self.watches.count());
+            let Some(observed) = settled else {
+                debug!(trigger, "waiting for the CA bundle's watch to sync");
+                continue;
+            };
             if !*self.context.leading.borrow() {
                 continue;
             }
+            let ca = self.ca_bundle(published.as_deref(), &observed);
             let started = Instant::now();
-            let outcome = self.keep(node::plan(published.as_deref())).await;
+            let outcome = self.keep(node::plan(published.as_deref(), ca.as_deref())).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
             match outcome {
                 Ok(()) => retry.succeeded(),
@@ -79,6 +124,28 @@ impl NodePlanner {
                 }
             }
         }
+        self.events.finish().await;
+    }
+
+    /// The CA bundle the published registry names; a problem with it is logged and told on its Service (and the
+    /// plan then holds no entry for it: no node would trust it).
+    fn ca_bundle(&mut self, published: Option<&Published>, observed: &Observed) -> Option<String> {
+        let Some(published) = published else {
+            self.events.record(Vec::new());
+            return None;
+        };
+        let found = node::ca_bundle(published, observed);
+        let problem = found.as_ref().err().map(|why| format!("no node is configured to pull it: {why}"));
+        if problem != self.ca_problem {
+            if let Some(why) = &problem {
+                warn!(registry = %published.registry, "{why}");
+            }
+            self.ca_problem.clone_from(&problem);
+        }
+        let notice =
+            |message| Notice { regarding: published.reference.clone(), reason: Reason::CaBundleUnusable, message };
+        self.events.record(problem.map(notice).into_iter().collect());
+        found.ok().flatten()
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.

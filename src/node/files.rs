@@ -2,8 +2,12 @@
 //! `<address>/hosts.toml` of ours, and nothing else of ours. A file is ours when its first line is [`HEADER`];
 //! a directory whose `hosts.toml` is not ours (or that has none but holds other files) is foreign: reported, never
 //! changed. An empty directory is nobody's.
+//! An entry with a CA bundle also gets our [`CA_FILE`] beside its `hosts.toml`, which names it by a relative path
+//! (containerd reads it from the host's own directory); it is ours when its first line is [`HEADER`] too (PEM
+//! readers skip text before a certificate), and any other file there is someone else's.
 //! containerd reads the directory at each pull, so nothing restarts; each file is replaced whole (written beside
-//! it, then renamed) because containerd drops a file it cannot parse.
+//! it, then renamed) because containerd drops a file it cannot parse, and `ca.crt` is in place before the
+//! `hosts.toml` naming it.
 
 use std::io;
 use std::path::Path;
@@ -16,6 +20,9 @@ pub const HEADER: &str =
     "# Written by local-registry-publisher's node agent, which removes it when the address is withdrawn.";
 
 const FILE: &str = "hosts.toml";
+/// The CA bundle of an `https://` endpoint, beside its `hosts.toml`: a name of its own, so a `ca.crt` someone put
+/// there is never taken for ours.
+pub const CA_FILE: &str = "local-registry-publisher-ca.crt";
 
 /// What one pass over the hosts directory did, each list by address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -34,11 +41,13 @@ impl Report {
     }
 }
 
-/// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme, with no TLS keys (any of
-/// them would make containerd try HTTPS first).
+/// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
+/// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
+/// `ca.crt` beside it.
 pub fn hosts_toml(entry: &HostEntry) -> String {
+    let ca = if entry.ca.is_some() { format!("  ca = \"{CA_FILE}\"\n") } else { String::new() };
     format!(
-        "{HEADER}\n# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+        "{HEADER}\n# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}",
         address = entry.address,
         endpoint = entry.endpoint,
     )
@@ -53,7 +62,7 @@ pub fn sync(dir: &Path, plan: &NodePlan) -> io::Result<Report> {
             report.failed.push((entry.address.clone(), "not a host:port this agent writes".into()));
             continue;
         }
-        let wanted = hosts_toml(entry);
+        let wanted = Files { hosts: hosts_toml(entry), ca: entry.ca.as_deref().map(ca_file) };
         let path = dir.join(&entry.address);
         match ownership(&path) {
             Ownership::Foreign => report.foreign.push(entry.address.clone()),
@@ -80,10 +89,17 @@ pub fn sync(dir: &Path, plan: &NodePlan) -> io::Result<Report> {
     Ok(report)
 }
 
+/// What one address's directory holds of ours.
+#[derive(PartialEq, Eq)]
+struct Files {
+    hosts: String,
+    ca: Option<String>,
+}
+
 enum Ownership {
     Absent,
-    /// Ours, holding this text.
-    Ours(String),
+    /// Ours, holding these.
+    Ours(Files),
     Foreign,
 }
 
@@ -94,26 +110,66 @@ fn ownership(path: &Path) -> Ownership {
         _ => return Ownership::Foreign,
     }
     match std::fs::read_to_string(path.join(FILE)) {
-        Ok(text) if text.lines().next() == Some(HEADER) => Ownership::Ours(text),
+        Ok(hosts) if hosts.lines().next() == Some(HEADER) => {
+            Ownership::Ours(Files { hosts, ca: read_ours(&path.join(CA_FILE)) })
+        }
         // An empty directory holds nothing of anyone's, and containerd reads nothing from it.
         Err(_) if std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none()) => Ownership::Absent,
         _ => Ownership::Foreign,
     }
 }
 
-fn write(path: &Path, text: &str) -> io::Result<()> {
+fn write(path: &Path, files: &Files) -> io::Result<()> {
     match std::fs::create_dir(path) {
         Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
         _ => {}
     }
-    let temporary = path.join(".hosts.toml.writing");
-    std::fs::write(&temporary, text)?;
-    std::fs::rename(&temporary, path.join(FILE))
+    let ca = path.join(CA_FILE);
+    if let Some(text) = &files.ca {
+        if ca.exists() && read_ours(&ca).is_none() {
+            return Err(io::Error::other(format!("a {CA_FILE} this agent did not write is there")));
+        }
+        replace(path, CA_FILE, text)?;
+    }
+    replace(path, FILE, &files.hosts)?;
+    if files.ca.is_none() {
+        remove_ours(&ca)?;
+    }
+    Ok(())
 }
 
-/// Removes our file, then the directory if nothing else is in it.
+/// Our CA file for a PEM bundle.
+fn ca_file(pem: &str) -> String {
+    format!("{HEADER}\n{pem}")
+}
+
+/// The text of a file of ours (its first line is [`HEADER`]); `None` when it is absent or someone else's.
+fn read_ours(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok().filter(|text| text.lines().next() == Some(HEADER))
+}
+
+/// Removes the file if it is ours.
+fn remove_ours(path: &Path) -> io::Result<()> {
+    if read_ours(path).is_none() {
+        return Ok(());
+    }
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces `dir/name` whole: written beside it, then renamed over it.
+fn replace(dir: &Path, name: &str, text: &str) -> io::Result<()> {
+    let temporary = dir.join(format!(".{name}.writing"));
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, dir.join(name))
+}
+
+/// Removes our files, then the directory if nothing else is in it.
 fn remove(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path.join(FILE))?;
+    remove_ours(&path.join(CA_FILE))?;
     match std::fs::remove_dir(path) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(()),

@@ -2,21 +2,31 @@
 //! they are, and where it should go instead. Nodes resolve names with their own resolver (cluster DNS is not in
 //! it), and containerd speaks HTTPS to every name but the loopback one unless a `hosts.toml` says otherwise, so
 //! `registry.<ns>.svc.cluster.local:5000` fails on a node until its `hosts.toml` points at an endpoint the node
-//! reaches (the Service's ClusterIP) over plain HTTP. The controller publishes the [`NodePlan`]; each node's agent
-//! ([`files`]) writes it.
+//! reaches (the Service's ClusterIP) over plain HTTP. A registry that serves TLS is reached there over HTTPS, and
+//! only with the CA bundle its Service names ([`CA_BUNDLE`]). The controller publishes the [`NodePlan`]; each
+//! node's agent ([`files`]) writes it.
 
 pub mod files;
+mod watched;
 
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::hosting::address::Host;
+use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
+use crate::watching::WatchKey;
+pub(crate) use watched::node_watch_sets;
+pub use watched::{CaBundle, Interest, Observed};
 
 /// The key of the plan in its ConfigMap.
 pub const PLAN_KEY: &str = "plan.json";
+/// Where a CA bundle is in its ConfigMap or Secret: the key Kubernetes' own `kube-root-ca.crt`, cert-manager's
+/// Secrets and trust-manager's bundles use.
+pub const CA_KEY: &str = "ca.crt";
 
 /// What every node's runtime needs to pull each published address.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,49 +40,140 @@ pub struct NodePlan {
 pub struct HostEntry {
     /// As images name it, `host:port`: the name of its directory under containerd's `config_path`.
     pub address: String,
-    /// `http://host:port` the node dials instead.
+    /// `http://host:port` (or `https://` for a registry that serves TLS) the node dials instead.
     pub endpoint: String,
+    /// The PEM CA bundle an `https://` endpoint's certificate chains to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
 }
 
 /// The plan for `published`: every published address a node's runtime cannot pull from as it is, mapped to the
-/// endpoint the node reaches. An address on the node's own loopback at the registry's hostPort or nodePort needs
-/// nothing (containerd dials loopback over HTTP itself), and a registry with no endpoint a node reaches gets no
-/// entry.
-pub fn plan(published: Option<&Published>) -> NodePlan {
-    // A registry that serves TLS is dialled over HTTPS as named; a plain-HTTP endpoint would be wrong for it.
-    let Some(published) = published.filter(|published| !published.ports.tls) else {
+/// endpoint the node reaches. A plain-HTTP registry's address on the node's own loopback at its hostPort or
+/// nodePort needs nothing (containerd dials loopback over HTTP itself), and a registry with no endpoint a node
+/// reaches gets no entry. A registry that serves TLS gets entries only with its CA bundle (`ca`), every address
+/// to the same `https://` endpoint: a plain-HTTP endpoint would be wrong for it, and without its CA no node trusts
+/// its certificate.
+pub fn plan(published: Option<&Published>, ca: Option<&str>) -> NodePlan {
+    let Some(published) = published else {
         return NodePlan::default();
     };
-    let Some(endpoint) = endpoint(published) else {
+    let (scheme, ca) = match (published.ports.tls, ca) {
+        (false, _) => ("http", None),
+        (true, Some(ca)) => ("https", Some(ca.to_string())),
+        (true, None) => return NodePlan::default(),
+    };
+    let Some(authority) = authority(published) else {
         return NodePlan::default();
     };
+    let endpoint = format!("{scheme}://{authority}");
     let document = &published.document;
     let addresses = [&document.host, &document.host_from_container_runtime, &document.host_from_cluster_network];
     let mut hosts: Vec<HostEntry> = addresses
         .into_iter()
         .flatten()
-        .filter(|address| !served_on_node_loopback(address, published.ports.node))
-        .map(|address| HostEntry { address: address.clone(), endpoint: endpoint.clone() })
+        .filter(|address| ca.is_some() || !served_on_node_loopback(address, published.ports.node))
+        .map(|address| HostEntry { address: address.clone(), endpoint: endpoint.clone(), ca: ca.clone() })
         .collect();
     hosts.sort();
     hosts.dedup();
     NodePlan { hosts }
 }
 
-/// Where a node reaches the registry without cluster DNS: an ExternalName's target, else the Service's ClusterIP
-/// (kube-proxy or its replacement serves it to the node too), else the node's own loopback at its nodePort.
-fn endpoint(published: &Published) -> Option<String> {
+/// Where (`host:port`) a node reaches the registry without cluster DNS: an ExternalName's target, else the
+/// Service's ClusterIP (kube-proxy or its replacement serves it to the node too), else the node's own loopback at
+/// its nodePort.
+fn authority(published: &Published) -> Option<String> {
     let spec = published.service.spec.as_ref()?;
     let port = published.ports.service;
     let authority = |address: &str, port: Option<i32>| Host::normalise(address).ok().map(|host| host.with_port(port));
-    let found = if spec.type_.as_deref() == Some("ExternalName") {
+    if spec.type_.as_deref() == Some("ExternalName") {
         authority(spec.external_name.as_deref()?, port)
     } else if let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| ip.parse::<IpAddr>().is_ok()) {
         authority(ip, Some(port?))
     } else {
         authority("127.0.0.1", Some(published.ports.node?))
+    }
+}
+
+/// Where a registry's CA bundle is: a ConfigMap or a Secret of its Service's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaSource {
+    ConfigMap(WatchKey),
+    Secret(WatchKey),
+}
+
+/// Where the CA bundle `published` names is (its [`CA_BUNDLE`] annotation), `None` when it names none; `Err` says
+/// why the annotation cannot be used.
+pub fn ca_source(published: &Published) -> Option<Result<CaSource, String>> {
+    let value = published.service.annotations().get(CA_BUNDLE)?;
+    let namespace = &published.registry.namespace;
+    let key = |name: &str| WatchKey::in_namespace(namespace).named(name);
+    Some(match value.trim().split_once('/') {
+        Some(("configmap", name)) if object_name(name) => Ok(CaSource::ConfigMap(key(name))),
+        Some(("secret", name)) if object_name(name) => Ok(CaSource::Secret(key(name))),
+        _ => Err(format!(
+            "annotation {CA_BUNDLE}={value:?} must be configmap/<name> or secret/<name>: an object in namespace \
+             {namespace} whose {CA_KEY} holds the registry's CA bundle"
+        )),
+    })
+}
+
+/// A Kubernetes object name (a DNS subdomain).
+fn object_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// The watches the plan of `published` needs: the object holding its CA bundle, when it serves TLS and names one.
+pub fn interest(published: Option<&Published>) -> Interest {
+    let mut interest = Interest::default();
+    match published.filter(|p| p.ports.tls).and_then(ca_source) {
+        Some(Ok(CaSource::ConfigMap(key))) => {
+            interest.ca_configmaps.insert(key);
+        }
+        Some(Ok(CaSource::Secret(key))) => {
+            interest.ca_secrets.insert(key);
+        }
+        Some(Err(_)) | None => {}
+    }
+    interest
+}
+
+/// The CA bundle of `published` as `observed` holds it: `Ok(None)` when it needs none (plain HTTP, or no
+/// annotation), `Err` with what its owner must fix when it names one that cannot be used.
+pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<String>, String> {
+    if !published.ports.tls {
+        return Ok(None);
+    }
+    let source = match ca_source(published) {
+        None => return Ok(None),
+        Some(source) => source?,
     };
-    found.map(|authority| format!("http://{authority}"))
+    let (found, key, kind) = match &source {
+        CaSource::ConfigMap(key) => (observed.ca_configmaps.get(key), key, "configmap"),
+        CaSource::Secret(key) => (observed.ca_secrets.get(key), key, "secret"),
+    };
+    let name = format!("{kind}/{}", key.name.as_deref().unwrap_or_default());
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let bundle = match found {
+        // A watch that has not reported yet: the snapshot was settled, so this is not seen.
+        None => return Err(format!("{name} in namespace {namespace} has not been read yet")),
+        Some(Err(refused)) => {
+            return Err(format!(
+                "{name} in namespace {namespace} cannot be read ({refused}): the chart lets the controller read \
+                 only the names in nodeAgent.caBundles"
+            ));
+        }
+        Some(Ok(objects)) => objects.first().map(|kept| kept.0.clone()),
+    };
+    match bundle {
+        None => Err(format!("{name} does not exist in namespace {namespace}")),
+        Some(None) => Err(format!("{name} in namespace {namespace} has no {CA_KEY}")),
+        Some(Some(pem)) if pem.contains("-----BEGIN CERTIFICATE-----") => Ok(Some(pem)),
+        Some(Some(_)) => Err(format!("{name} in namespace {namespace}: its {CA_KEY} holds no PEM certificate")),
+    }
 }
 
 /// Whether `address` is the node's loopback at the port the node itself serves the registry on.
@@ -92,7 +193,8 @@ fn split_port(address: &str) -> Result<(&str, Option<i32>), std::num::ParseIntEr
     }
 }
 
-/// Why an agent tells something about its node, as the Event's reason.
+/// Why the node concern tells something (an agent about its node, the controller about a registry's CA bundle),
+/// as the Event's reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     /// Which planned addresses this node's containerd pulls through the agent's files (or that none needs one).
@@ -101,6 +203,8 @@ pub enum Reason {
     ForeignHostsFile,
     /// A planned address whose file could not be written or removed.
     HostsFileFailed,
+    /// A registry that serves TLS names a CA bundle the controller cannot use: no node is configured for it.
+    CaBundleUnusable,
 }
 
 impl Reason {
@@ -109,6 +213,7 @@ impl Reason {
             Reason::HostsConfigured => "HostsConfigured",
             Reason::ForeignHostsFile => "ForeignHostsFile",
             Reason::HostsFileFailed => "HostsFileFailed",
+            Reason::CaBundleUnusable => "CaBundleUnusable",
         }
     }
 

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod image;
 pub mod node;
 mod pki;
+pub use pki::{PrivateTls, private_tls};
 mod process;
 pub mod tools;
 pub mod values_docs;

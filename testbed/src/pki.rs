@@ -36,6 +36,38 @@ pub struct Pki {
 /// The first address of the service range, which the `kubernetes` Service gets: pods reach the API server there.
 pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 
+/// A serving certificate for a test's own TLS server, and the private CA it chains to, all PEM.
+#[derive(Clone, Debug)]
+pub struct PrivateTls {
+    pub ca: String,
+    pub certificate: String,
+    pub key: String,
+}
+
+/// A fresh CA of its own and a serving certificate it signed for `names`: DNS names, or IP addresses (which TLS
+/// clients match only against IP SANs).
+pub fn private_tls(names: &[&str]) -> Result<PrivateTls, Error> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "testbed-private-ca");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    for name in names {
+        params.subject_alt_names.push(match name.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName((*name).try_into()?),
+        });
+    }
+    params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("server"));
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let certificate = params.signed_by(&key, &ca)?;
+    Ok(PrivateTls { ca: ca_cert.pem(), certificate: certificate.pem(), key: key.serialize_pem() })
+}
+
 /// Writes every certificate; the API server's serving certificate also names `api_ip`, where it listens.
 pub fn write(dir: &Path, api_ip: Ipv4Addr) -> Result<Pki, Error> {
     std::fs::create_dir_all(dir)?;

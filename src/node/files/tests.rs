@@ -14,7 +14,7 @@ fn hosts_dir() -> PathBuf {
 }
 
 fn entry(address: &str, endpoint: &str) -> HostEntry {
-    HostEntry { address: address.into(), endpoint: endpoint.into() }
+    HostEntry { address: address.into(), endpoint: endpoint.into(), ca: None }
 }
 
 fn plan(entries: &[HostEntry]) -> NodePlan {
@@ -129,4 +129,61 @@ fn an_address_or_endpoint_that_could_escape_the_directory_or_the_file_is_refused
     let report = sync(&dir, &wanted).expect("synced");
     assert_eq!(report.failed.len(), 4, "{report:?}");
     assert!(names(&dir).is_empty());
+}
+
+const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+#[test]
+fn an_https_endpoint_gets_its_ca_beside_the_file_which_names_it_and_both_follow_the_plan() {
+    let dir = hosts_dir();
+    let tls = HostEntry { ca: Some(CA.into()), ..entry(CLUSTER_NAME, "https://10.96.0.12:5000") };
+    let report = sync(&dir, &plan(std::slice::from_ref(&tls))).expect("synced");
+    assert_eq!(report.written, [CLUSTER_NAME]);
+    let host_dir = dir.join(CLUSTER_NAME);
+    assert_eq!(names(&host_dir), ["hosts.toml", CA_FILE], "no temporary file is left");
+    let ca = || std::fs::read_to_string(host_dir.join(CA_FILE)).expect("ca");
+    assert_eq!(ca(), format!("{HEADER}\n{CA}"), "marked as ours; PEM readers skip text before a certificate");
+    let text = std::fs::read_to_string(host_dir.join("hosts.toml")).expect("hosts");
+    let wanted =
+        format!("[host.\"https://10.96.0.12:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{CA_FILE}\"\n");
+    assert!(text.contains(&wanted), "{text}");
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&tls))).expect("synced"), Report::default());
+
+    // A rotated CA is written again; so is a CA changed by hand, once marked as ours.
+    let rotated = HostEntry { ca: Some(CA.replace("MIIB", "MIIC")), ..tls.clone() };
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced").written, [CLUSTER_NAME]);
+    assert!(ca().contains("MIIC"));
+    std::fs::write(host_dir.join(CA_FILE), format!("{HEADER}\nchanged")).expect("changed by hand");
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced").written, [CLUSTER_NAME]);
+
+    // The registry speaks plain HTTP again: its CA goes; someone's ca.crt beside ours stays throughout.
+    std::fs::write(host_dir.join("ca.crt"), "theirs").expect("someone's file");
+    let plain = entry(CLUSTER_NAME, "http://10.96.0.12:5000");
+    assert_eq!(sync(&dir, &plan(&[plain])).expect("synced").written, [CLUSTER_NAME]);
+    assert_eq!(names(&host_dir), ["ca.crt", "hosts.toml"]);
+
+    // Withdrawn: the file, its CA and (when nothing else is left) the directory go.
+    sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced");
+    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    assert_eq!(names(&host_dir), ["ca.crt"]);
+    std::fs::remove_file(host_dir.join("ca.crt")).expect("theirs removed");
+    sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced");
+    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    assert!(names(&dir).is_empty(), "{:?}", names(&dir));
+}
+
+#[test]
+fn a_ca_file_someone_else_put_under_our_name_is_left_and_the_address_reported() {
+    let dir = hosts_dir();
+    let host_dir = dir.join(CLUSTER_NAME);
+    sync(&dir, &plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")])).expect("synced");
+    std::fs::write(host_dir.join(CA_FILE), "theirs").expect("someone's file");
+    let tls = HostEntry { ca: Some(CA.into()), ..entry(CLUSTER_NAME, "https://10.96.0.12:5000") };
+    let report = sync(&dir, &plan(&[tls])).expect("synced");
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(report.failed[0].1.contains("this agent did not write"), "{report:?}");
+    assert_eq!(std::fs::read_to_string(host_dir.join(CA_FILE)).expect("kept"), "theirs");
+    // Withdrawn: ours goes, theirs stays.
+    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    assert_eq!(names(&host_dir), [CA_FILE]);
 }

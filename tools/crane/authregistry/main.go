@@ -4,6 +4,8 @@
 //
 // The accepted user and password come from REGISTRY_USERNAME and REGISTRY_PASSWORD, read once at start: a
 // rotated token takes effect when the pod restarts. /healthz answers without credentials, for probes.
+// With --anonymous it asks for no credentials, and with --tls-cert and --tls-key it serves HTTPS only: the
+// registry with a private CA that the node-pull tests need.
 package main
 
 import (
@@ -19,16 +21,26 @@ import (
 
 func main() {
 	address := flag.String("address", ":5000", "address to listen on")
+	anonymous := flag.Bool("anonymous", false, "serve everyone, without credentials")
+	certificate := flag.String("tls-cert", "", "PEM certificate chain to serve HTTPS with (with --tls-key)")
+	key := flag.String("tls-key", "", "PEM private key of --tls-cert")
 	flag.Parse()
 	user, password := os.Getenv("REGISTRY_USERNAME"), os.Getenv("REGISTRY_PASSWORD")
-	if user == "" || password == "" {
-		log.Fatal("REGISTRY_USERNAME and REGISTRY_PASSWORD must both be set")
+	if !*anonymous && (user == "" || password == "") {
+		log.Fatal("REGISTRY_USERNAME and REGISTRY_PASSWORD must both be set (or --anonymous given)")
+	}
+	if (*certificate == "") != (*key == "") {
+		log.Fatal("--tls-cert and --tls-key go together")
 	}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	same := func(got, want string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 }
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if *anonymous {
+			inner.ServeHTTP(w, r)
 			return
 		}
 		gotUser, gotPassword, ok := r.BasicAuth()
@@ -42,6 +54,10 @@ func main() {
 		}
 		inner.ServeHTTP(w, r)
 	})
-	log.Printf("serving on %s for user %q", *address, user)
+	if *certificate != "" {
+		log.Printf("serving HTTPS on %s (anonymous: %v)", *address, *anonymous)
+		log.Fatal(http.ListenAndServeTLS(*address, *certificate, *key, handler))
+	}
+	log.Printf("serving on %s for user %q (anonymous: %v)", *address, user, *anonymous)
 	log.Fatal(http.ListenAndServe(*address, handler))
 }
