@@ -76,6 +76,7 @@ async fn main() {
         kubeconfig,
         format!("--node-plan-configmap={PLAN}"),
         format!("--hosts-dir={}", hosts.display()),
+        "--http-address=127.0.0.1:0".into(),
     ]);
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let params = PatchParams::apply("bench").force();

@@ -167,11 +167,29 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         daemonset: agent.daemonset.clone(),
         resync: agent.resync,
     };
+    let listener = match http::bind(agent.http_address).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            error!("cannot serve --http-address {}: {error}", agent.http_address);
+            return ExitCode::FAILURE;
+        }
+    };
+    let reporting = crate::agent::Reporting::default();
+    let (stop, stopped) = watch::channel(false);
+    let served = async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let registry = reporting.metrics.registry();
+    let server = tokio::spawn(http::serve(listener, reporting.health.clone(), registry, None, served));
     let stopping = async {
         shutdown_signal().await;
         info!("shutting down");
     };
-    match crate::agent::run(client, settings, stopping).await {
+    let outcome = crate::agent::run(client, settings, reporting, stopping).await;
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(reason) => {
             error!("{reason}");

@@ -337,6 +337,11 @@ pub struct NodeAgentArgs {
     /// hand is written again).
     #[arg(long, env = "LRP_NODE_AGENT_RESYNC", default_value = "10s", value_parser = parse_duration)]
     pub resync: Duration,
+
+    /// Address serving /healthz (liveness), /readyz (ready once the plan was read) and /metrics (Prometheus: what
+    /// this node's hosts directory holds of the plan).
+    #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_address: std::net::SocketAddr,
 }
 
 /// How the process runs: probes, metrics, leader election.

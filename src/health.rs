@@ -11,22 +11,25 @@ pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Writes the API server refused in a row before /readyz says so: one may be a conflict that the retry fixes.
 pub const FAILED_WRITES_NOT_READY: u32 = 3;
 
-/// The controller's tasks, each with its own watches.
+/// The tasks of a process, each with its own watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Task {
     Publisher,
     PullSecrets,
     NodePlan,
+    /// The node agent's one loop (the `node-agent` command runs nothing else).
+    NodeAgent,
 }
 
 impl Task {
-    const ALL: [Task; 3] = [Task::Publisher, Task::PullSecrets, Task::NodePlan];
+    const ALL: [Task; 4] = [Task::Publisher, Task::PullSecrets, Task::NodePlan, Task::NodeAgent];
 
     fn index(self) -> usize {
         match self {
             Task::Publisher => 0,
             Task::PullSecrets => 1,
             Task::NodePlan => 2,
+            Task::NodeAgent => 3,
         }
     }
 
@@ -35,6 +38,7 @@ impl Task {
             Task::Publisher => "publisher",
             Task::PullSecrets => "pull-secrets",
             Task::NodePlan => "node-plan",
+            Task::NodeAgent => "node-agent",
         }
     }
 }

@@ -258,12 +258,12 @@ impl Metrics {
 
 /// The standard process metrics, read from /proc on each scrape.
 #[derive(Debug)]
-struct ProcessCollector {
+pub(crate) struct ProcessCollector {
     start_time: f64,
 }
 
 impl ProcessCollector {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         Self { start_time: now.as_secs_f64() }
     }

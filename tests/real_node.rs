@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
-use kube::api::{Api, LogParams};
+use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use local_registry_publisher::node::files::{CA_FILE, HEADER};
@@ -715,6 +715,27 @@ async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
     found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", run()))
 }
 
+/// The real node's agent's /metrics in `ns`, fetched on the node (where pod IPs are routed), once it satisfies
+/// `check`.
+async fn wait_agent_metrics(client: &Client, ns: &str, check: impl Fn(&str) -> bool) -> String {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let scrape = || async {
+        let selector = "app.kubernetes.io/component=node-agent";
+        let listed = pods.list(&ListParams::default().labels(selector)).await.ok()?;
+        // The DaemonSet runs on the simulated node too, whose pods have addresses nothing answers at.
+        let on_node = |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name());
+        let ip = listed.items.iter().find(on_node)?.status.as_ref()?.pod_ip.clone()?;
+        let url = format!("http://{ip}:8080/metrics");
+        let output = node().command("curl").args(["-sf", "--max-time", "5", &url]).output().ok()?;
+        Some(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let found = wait_until(SOON, || async { scrape().await.filter(|text| check(text)) }).await;
+    match found {
+        Some(text) => text,
+        None => panic!("the agent's metrics never said what was expected:\n{:?}", scrape().await),
+    }
+}
+
 #[tokio::test]
 async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_runtime_and_leaves_nothing() {
     let plane = plane();
@@ -808,6 +829,11 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     assert!(text.unwrap().contains(&format!("[host.\"http://{ip}:5000\"]")));
     apply_in(&client, &ns, app_pod("with", &image)).await;
     wait_phase(&client, &ns, "with", &["Running"]).await;
+    // The agent's own metrics say the same (its readiness probe, on the same port, let helm --wait return).
+    let configured = "local_registry_publisher_node_addresses{state=\"configured\"} 1\n";
+    let metrics = wait_agent_metrics(&client, &ns, |text| text.contains(configured)).await;
+    assert!(metrics.contains("local_registry_publisher_node_hosts_files_total{operation=\"write\"}"), "{metrics}");
+    assert!(metrics.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&ns, |report| report.contains(&real)).await;
@@ -838,6 +864,8 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     std::fs::write(hosts_dir.join(&address).join("hosts.toml"), &theirs).unwrap();
     let report = wait_doctor(&ns, |report| report.contains("ForeignHostsFile: ")).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
+    let left_alone = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
+    wait_agent_metrics(&client, &ns, |text| text.contains(left_alone)).await;
     assert_eq!(hosts_toml(&address).as_deref(), Some(theirs.as_str()));
     std::fs::remove_file(hosts_dir.join(&address).join("hosts.toml")).unwrap();
     wait_hosts_toml(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by")))

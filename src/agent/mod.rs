@@ -2,9 +2,13 @@
 //! it watches the one ConfigMap holding the node plan (nothing cluster-wide) and keeps containerd's hosts directory
 //! true to it ([`crate::node::files`]). It re-checks the directory every `resync`, so a directory emptied by hand or
 //! a node's fresh disk is written again without a restart. When its DaemonSet is gone (uninstall, or the feature
-//! turned off) it removes what it wrote before it exits; a rolling update keeps the files for the next pod.
+//! turned off) it removes what it wrote before it exits; a rolling update keeps the files for the next pod. It
+//! serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
+
+mod metrics;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,8 +23,10 @@ use tracing::{error, info, warn};
 use crate::backoff;
 use crate::cli::text::safe;
 use crate::controller::events::EventLog;
+use crate::health::{HEARTBEAT, Health, Task};
 use crate::node::files::{self, Report};
 use crate::node::{self, NodePlan, PLAN_KEY};
+pub use metrics::AgentMetrics;
 
 /// What the agent is told by its flags.
 #[derive(Clone, Debug)]
@@ -34,8 +40,21 @@ pub struct AgentSettings {
     pub resync: Duration,
 }
 
+/// What the agent reports through: its probes and its metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Reporting {
+    pub health: Arc<Health>,
+    pub metrics: AgentMetrics,
+}
+
 /// Keeps the hosts directory until `shutdown` completes; `Err` names why it could not start.
-pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+pub async fn run(
+    client: Client,
+    settings: AgentSettings,
+    reporting: Reporting,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let Reporting { health, metrics } = reporting;
     if !settings.hosts_dir.is_dir() {
         return Err(format!(
             "{} is not a directory: mount containerd's config_path there (see the chart's nodeAgent.configPath)",
@@ -52,6 +71,9 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
     let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP));
     futures::pin_mut!(events, shutdown);
     let mut resync = tokio::time::interval(settings.resync);
+    // Ready once a plan was read; live while this loop turns.
+    health.start(Task::NodeAgent);
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
     // What it did and left alone is told as Events on its own Pod, which `doctor` reads per node.
     let instance = crate::pod::name();
     let told = EventLog::start(client.clone(), "ConfigureNodeRuntime", &instance);
@@ -72,41 +94,57 @@ pub async fn run(client: Client, settings: AgentSettings, shutdown: impl Future<
         tokio::select! {
             () = &mut shutdown => break,
             event = events.next() => match event {
-                Some(Ok(Event::Init)) => listing = None,
-                Some(Ok(Event::InitApply(configmap))) => listing = read_plan(&configmap).or_else(|| plan.clone()),
-                Some(Ok(Event::InitDone)) => plan = listing.take().or(plan),
-                Some(Ok(Event::Apply(configmap))) => plan = read_plan(&configmap).or(plan),
-                // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears the
-                // node. A ConfigMap deleted by hand leaves the last plan in force.
-                Some(Ok(Event::Delete(_))) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
+                Some(Ok(event)) => {
+                    health.set_api_reachable(true);
+                    match event {
+                        Event::Init => listing = None,
+                        Event::InitApply(configmap) => listing = read_plan(&configmap).or_else(|| plan.clone()),
+                        Event::InitDone => plan = listing.take().or(plan),
+                        Event::Apply(configmap) => plan = read_plan(&configmap).or(plan),
+                        // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears
+                        // the node. A ConfigMap deleted by hand leaves the last plan in force.
+                        Event::Delete(_) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
+                    }
+                }
                 Some(Err(error)) => {
+                    health.set_api_reachable(false);
+                    metrics.watch_restarted();
                     warn!(%error, "watching the node plan failed; retrying");
                     continue;
                 }
                 None => break,
             },
+            _ = heartbeat.tick() => {
+                health.beat(Task::NodeAgent, true);
+                continue;
+            }
             _ = resync.tick() => {}
         }
         if let Some(plan) = &plan {
-            last = sync(&settings, plan, &last);
+            if let Some(report) = sync(&settings, plan, &last) {
+                metrics.synced(plan, &report);
+                last = report;
+            }
+            health.set_synced(Task::NodeAgent, true);
             told.record(node::notices(plan, &last, &regarding));
         }
     }
     told.finish().await;
     if daemonset_gone(&client, &settings).await {
-        let removed = sync(&settings, &NodePlan::default(), &Report::default());
-        info!(removed = removed.removed.len(), "the agent's DaemonSet is gone: its files are removed");
+        let removed = sync(&settings, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
+        info!(removed, "the agent's DaemonSet is gone: its files are removed");
     }
     Ok(())
 }
 
 /// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
-fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Report {
+/// `None` when the directory could not be read.
+fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Option<Report> {
     let report = match files::sync(&settings.hosts_dir, plan) {
         Ok(report) => report,
         Err(error) => {
             error!(%error, "reading the hosts directory failed");
-            return last.clone();
+            return None;
         }
     };
     for address in &report.written {
@@ -125,7 +163,7 @@ fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Report {
             error!(address = %safe(address), reason = %safe(reason), "hosts.toml not written");
         }
     }
-    report
+    Some(report)
 }
 
 /// The plan a ConfigMap holds; `None` (keep the last plan) when it holds none or one this agent cannot read.

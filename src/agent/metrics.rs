@@ -1,0 +1,122 @@
+//! The node agent's own /metrics: what its node's hosts directory holds of the plan after the last pass, what it
+//! changed, and when it last looked.
+
+use std::sync::atomic::AtomicU64;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
+
+use crate::metrics::ProcessCollector;
+use crate::node::NodePlan;
+use crate::node::files::Report;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+/// Cheap to clone (shared handles).
+#[derive(Clone, Debug, Default)]
+pub struct AgentMetrics {
+    addresses: Family<StateLabels, Gauge>,
+    files: Family<OperationLabels, Counter>,
+    last_sync: Gauge<f64, AtomicU64>,
+    watch_restarts: Counter,
+}
+
+impl AgentMetrics {
+    /// A registry holding these metrics and the process collector.
+    pub fn registry(&self) -> MetricsRegistry {
+        let mut registry = MetricsRegistry::default();
+        registry.register(
+            "local_registry_publisher_node_addresses",
+            "Planned addresses on this node after the last pass, by state: configured (the agent's file is there), \
+             foreign (someone else's file is there, left alone), failed (could not be written)",
+            self.addresses.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_node_hosts_files",
+            "hosts.toml files (each with its CA file, if any) the agent wrote or removed, by operation",
+            self.files.clone(),
+        );
+        registry.register_with_unit(
+            "local_registry_publisher_node_last_sync_timestamp",
+            "Unix time of the last pass over the hosts directory",
+            Unit::Seconds,
+            self.last_sync.clone(),
+        );
+        registry.register(
+            "local_registry_publisher_node_plan_watch_restarts",
+            "Failures of the node plan's watch that were retried with backoff",
+            self.watch_restarts.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector::start()));
+        registry
+    }
+
+    /// A pass over the hosts directory ended with `report`.
+    pub fn synced(&self, plan: &NodePlan, report: &Report) {
+        let troubled = report.foreign.len() + report.failed.iter().filter(|(a, _)| planned(plan, a)).count();
+        let states = [
+            ("configured", plan.hosts.len().saturating_sub(troubled)),
+            ("foreign", report.foreign.len()),
+            ("failed", report.failed.len()),
+        ];
+        for (state, count) in states {
+            self.addresses.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        self.files.get_or_create(&OperationLabels { operation: "write" }).inc_by(report.written.len() as u64);
+        self.files.get_or_create(&OperationLabels { operation: "remove" }).inc_by(report.removed.len() as u64);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.last_sync.set(now.as_secs_f64());
+    }
+
+    pub fn watch_restarted(&self) {
+        self.watch_restarts.inc();
+    }
+}
+
+fn planned(plan: &NodePlan, address: &str) -> bool {
+    plan.hosts.iter().any(|entry| entry.address == address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::HostEntry;
+
+    #[test]
+    fn a_pass_is_counted_by_state_and_operation() {
+        let metrics = AgentMetrics::default();
+        let entry =
+            |address: &str| HostEntry { address: address.into(), endpoint: "http://10.0.0.1:5000".into(), ca: None };
+        let plan = NodePlan { hosts: vec![entry("a:1"), entry("b:1"), entry("c:1")] };
+        let report = Report {
+            written: vec!["a:1".into()],
+            removed: vec!["old:1".into()],
+            foreign: vec!["b:1".into()],
+            failed: vec![("c:1".into(), "read-only".into())],
+        };
+        metrics.synced(&plan, &report);
+        let text = crate::metrics::Metrics::encode(&metrics.registry());
+        for line in [
+            "local_registry_publisher_node_addresses{state=\"configured\"} 1",
+            "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
+            "local_registry_publisher_node_addresses{state=\"failed\"} 1",
+            "local_registry_publisher_node_hosts_files_total{operation=\"write\"} 1",
+            "local_registry_publisher_node_hosts_files_total{operation=\"remove\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(text.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{text}");
+    }
+}
