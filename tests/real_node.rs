@@ -74,6 +74,29 @@ fn helm_install(release: &str, ns: &str, values: &[&str]) {
     ok(tool("helm", &args));
 }
 
+/// `helm upgrade` of `release` in `ns` to the working tree's chart with `values`, waiting for it.
+fn helm_upgrade(release: &str, ns: &str, values: &[String]) {
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut args = vec!["upgrade", release, &chart, "-n", ns, "--wait", "--timeout", "180s"];
+    args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
+    ok(tool("helm", &args));
+}
+
+/// The values of a release in `ns` that publishes its own ConfigMap for the registries labelled for `ns` only,
+/// and `extra`.
+fn isolated_release_values(ns: &str, extra: &[String]) -> Vec<String> {
+    let mut values = own_configmap_values(ns);
+    values.extend(isolated_values(ns));
+    values.extend(extra.iter().cloned());
+    values
+}
+
+/// The node agent on, writing into the real node's hosts directory and checking it every 2 s.
+fn agent_on() -> Vec<String> {
+    let config_path = format!("nodeAgent.configPath={}", node().hosts_dir().display());
+    vec!["nodeAgent.enabled=true".into(), config_path, "nodeAgent.resync=2s".into()]
+}
+
 /// The published document, read as readers read it.
 async fn published(client: &Client, ns: &str, name: &str) -> Option<LocalRegistryHostingV1> {
     let configmap = Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
@@ -598,9 +621,8 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
             "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
     };
     apply_in(&client, &ns, service(true)).await;
-    let mut values = own_configmap_values(&ns);
-    values.extend(isolated_values(&ns));
-    values.extend(["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()]);
+    let pull_secrets = ["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()];
+    let values = isolated_release_values(&ns, &pull_secrets);
     helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
@@ -761,26 +783,8 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     let by_ip = registry_service(json!({}));
     let service = registry_service(json!({"local-registry-publisher.io/host-from-cluster-network": address}));
     apply_in(&client, &ns, by_ip.clone()).await;
-    let mut values = own_configmap_values(&ns);
-    values.extend(isolated_values(&ns));
-    let chart = |extra: &[&str]| -> Vec<String> {
-        let mut all = values.clone();
-        all.extend(extra.iter().map(|v| v.to_string()));
-        all
-    };
-    let agent_on = [
-        "nodeAgent.enabled=true".to_string(),
-        format!("nodeAgent.configPath={}", hosts_dir.display()),
-        "nodeAgent.resync=2s".into(),
-    ];
-    let agent_on: Vec<&str> = agent_on.iter().map(String::as_str).collect();
-    let upgrade = |values: Vec<String>| {
-        let chart_dir = root().join("charts/local-registry-publisher").display().to_string();
-        let mut args = vec!["upgrade".to_string(), "nodepull".into(), chart_dir, "-n".into(), ns.clone()];
-        args.extend(["--wait".into(), "--timeout".into(), "180s".into()]);
-        args.extend(values.into_iter().flat_map(|v| ["--set".to_string(), v]));
-        ok(tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
-    };
+    let chart = |extra: &[String]| isolated_release_values(&ns, extra);
+    let upgrade = |values: Vec<String>| helm_upgrade("nodepull", &ns, &values);
     helm_install("nodepull", &ns, &chart(&[]).iter().map(String::as_str).collect::<Vec<_>>());
     let ip = cluster_ip(&client, &ns, "registry").await;
     let published_as = |wanted: String| {
@@ -823,7 +827,7 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     assert!(hosts_toml(&address).is_none());
 
     // With it, the node's file maps the name to the ClusterIP over HTTP, and the same pod runs.
-    upgrade(chart(&agent_on));
+    upgrade(chart(&agent_on()));
     let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
     println!("node file written {took:?} after helm upgrade --wait returned");
     assert!(text.unwrap().contains(&format!("[host.\"http://{ip}:5000\"]")));
@@ -886,10 +890,10 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     .expect("the name's directory was not removed once the name was withdrawn");
 
     // Turned off, then on again and uninstalled: nothing of ours is left, the foreign file is untouched.
-    upgrade(chart(&["nodeAgent.enabled=false"]));
+    upgrade(chart(&["nodeAgent.enabled=false".into()]));
     wait_hosts_toml(&address, "agent off", |t| t.is_none()).await;
     assert!(!hosts_dir.join(&address).exists());
-    upgrade(chart(&agent_on));
+    upgrade(chart(&agent_on()));
     wait_hosts_toml(&address, "agent on again", |t| t.is_some()).await;
     ok(tool("helm", &["uninstall", "nodepull", "-n", &ns, "--wait", "--timeout", "180s"]));
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
@@ -946,14 +950,8 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
                         "periodSeconds": 1}}],
                 "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
     apply_in(&client, &ns, registry).await;
-    let mut values = own_configmap_values(&ns);
-    values.extend(isolated_values(&ns));
-    let values = |extra: &[&str]| -> Vec<String> {
-        let mut all = values.clone();
-        all.extend(extra.iter().map(|v| v.to_string()));
-        all
-    };
-    helm_install("nodetls", &ns, &values(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    let values = isolated_release_values(&ns, &[]);
+    helm_install("nodetls", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let document = wait_published(&client, &ns, "hosting", "the TLS registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(address.as_str())
     })
@@ -979,18 +977,9 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
 
     // With the agent, and the CA bundle's name allowed, every node's containerd gets the CA beside a file that maps
     // the name to the ClusterIP over HTTPS, and the same pod runs.
-    let agent_on = [
-        "nodeAgent.enabled=true".to_string(),
-        format!("nodeAgent.configPath={}", hosts_dir.display()),
-        "nodeAgent.resync=2s".into(),
-        "nodeAgent.caBundles={registry-ca}".into(),
-    ];
-    let agent_on: Vec<&str> = agent_on.iter().map(String::as_str).collect();
-    let chart_dir = root().join("charts/local-registry-publisher").display().to_string();
-    let mut upgrade = vec!["upgrade", "nodetls", &chart_dir, "-n", &ns, "--wait", "--timeout", "180s"];
-    let settings = values(&agent_on);
-    upgrade.extend(settings.iter().flat_map(|v| ["--set", v.as_str()]));
-    ok(tool("helm", &upgrade));
+    let mut with_ca = agent_on();
+    with_ca.push("nodeAgent.caBundles={registry-ca}".into());
+    helm_upgrade("nodetls", &ns, &isolated_release_values(&ns, &with_ca));
     let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
     println!("node file with the CA written {took:?} after helm upgrade --wait returned");
     let text = text.unwrap();
@@ -1018,6 +1007,8 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
     .expect("no CaBundleUnusable Event on the registry's Service");
     assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
     wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
+    let report = wait_doctor(&ns, |report| report.contains("its CA bundle cannot be used")).await;
+    assert!(report.contains("configmap/elsewhere-ca does not exist"), "{report}");
     assert!(!hosts_dir.join(&address).exists(), "the CA file and the directory go with the file");
 
     // Readable again, then uninstalled: nothing of ours is left.
@@ -1149,8 +1140,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
 
     // Installed from the registry with no image values: the packaged default is the pushed image.
     let reference = format!("{charts}/local-registry-publisher");
-    let mut values = own_configmap_values(&ns);
-    values.extend(isolated_values(&ns));
+    let values = isolated_release_values(&ns, &[]);
     let install = |verb: &'static str, version: String| {
         let mut args: Vec<String> =
             [verb, "published", &reference, "--version", &version, "--plain-http", "-n", &ns].map(String::from).into();

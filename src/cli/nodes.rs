@@ -17,8 +17,12 @@ use crate::settings::NodePlanTarget;
 /// Reports the node pulls of `published`; returns whether all is well. `agents` is where the running controller
 /// keeps the node plan, `None` when the node agent is off.
 pub async fn report(client: &Client, published: Option<&Published>, agents: Option<&NodePlanTarget>) -> bool {
-    let plan = crate::controller::node::observe(client, published).await;
+    let (plan, ca_problem) = crate::controller::node::observe(client, published).await;
     say!("\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    if let (Some(why), Some(_)) = (&ca_problem, agents) {
+        say!("  the registry serves TLS and its CA bundle cannot be used (as read by this identity): {why}");
+        return false;
+    }
     if plan.hosts.is_empty() && published.is_some_and(|p| p.ports.tls) {
         say!(
             "  the registry serves TLS: nodes are configured for it only with its CA bundle (annotation {}, \

@@ -28,15 +28,14 @@ watch_sets!(node_watch_sets, Watches, Interest, Observed);
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
 
-/// The node plan of `published` as the running controller would make it, once the CA bundle it names was read
-/// (for `doctor`, which reads with its own identity).
-pub async fn observe(client: &kube::Client, published: Option<&Published>) -> NodePlan {
+/// The node plan of `published` as the running controller would make it, once the CA bundle it names was read,
+/// and why that bundle cannot be used, if it cannot (for `doctor`, which reads with its own identity).
+pub async fn observe(client: &kube::Client, published: Option<&Published>) -> (NodePlan, Option<String>) {
     let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals);
     loop {
         if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published)) {
-            let ca = published.map(|p| node::ca_bundle(p, &observed));
-            return node::plan(published, ca.and_then(Result::ok).flatten().as_deref());
+            return node::decide(published, &observed);
         }
         signals.changed.notified().await;
     }
@@ -111,9 +110,10 @@ impl NodePlanner {
             if !*self.context.leading.borrow() {
                 continue;
             }
-            let ca = self.ca_bundle(published.as_deref(), &observed);
+            let (plan, ca_problem) = node::decide(published.as_deref(), &observed);
+            self.tell_ca_problem(published.as_deref(), ca_problem);
             let started = Instant::now();
-            let outcome = self.keep(node::plan(published.as_deref(), ca.as_deref())).await;
+            let outcome = self.keep(plan).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
             match outcome {
                 Ok(()) => retry.succeeded(),
@@ -127,25 +127,22 @@ impl NodePlanner {
         self.events.finish().await;
     }
 
-    /// The CA bundle the published registry names; a problem with it is logged and told on its Service (and the
-    /// plan then holds no entry for it: no node would trust it).
-    fn ca_bundle(&mut self, published: Option<&Published>, observed: &Observed) -> Option<String> {
-        let Some(published) = published else {
-            self.events.record(Vec::new());
-            return None;
-        };
-        let found = node::ca_bundle(published, observed);
-        let problem = found.as_ref().err().map(|why| format!("no node is configured to pull it: {why}"));
+    /// Tells, once, why the CA bundle the published registry names cannot be used: logged, and an Event on its
+    /// Service for as long as it lasts.
+    fn tell_ca_problem(&mut self, published: Option<&Published>, problem: Option<String>) {
+        let problem = problem.map(|why| format!("no node is configured to pull it: {why}"));
         if problem != self.ca_problem {
-            if let Some(why) = &problem {
+            if let (Some(why), Some(published)) = (&problem, published) {
                 warn!(registry = %published.registry, "{why}");
             }
             self.ca_problem.clone_from(&problem);
         }
-        let notice =
-            |message| Notice { regarding: published.reference.clone(), reason: Reason::CaBundleUnusable, message };
-        self.events.record(problem.map(notice).into_iter().collect());
-        found.ok().flatten()
+        let notices = published.zip(problem).map(|(published, message)| Notice {
+            regarding: published.reference.clone(),
+            reason: Reason::CaBundleUnusable,
+            message,
+        });
+        self.events.record(notices.into_iter().collect());
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.

@@ -79,6 +79,13 @@ pub fn plan(published: Option<&Published>, ca: Option<&str>) -> NodePlan {
     NodePlan { hosts }
 }
 
+/// The node concern's whole decision: the plan for `published` with the CA bundle `observed` holds, and why the
+/// bundle it names cannot be used, when it cannot (the plan then has no entry for it).
+pub fn decide(published: Option<&Published>, observed: &Observed) -> (NodePlan, Option<String>) {
+    let ca = published.map_or(Ok(None), |published| ca_bundle(published, observed));
+    (plan(published, ca.as_ref().ok().and_then(Option::as_deref)), ca.err())
+}
+
 /// Where (`host:port`) a node reaches the registry without cluster DNS: an ExternalName's target, else the
 /// Service's ClusterIP (kube-proxy or its replacement serves it to the node too), else the node's own loopback at
 /// its nodePort.

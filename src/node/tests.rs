@@ -220,3 +220,16 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
     assert_eq!(nothing.len(), 1);
     assert_eq!(nothing[0].message, "no published address needs a hosts.toml on this node");
 }
+
+#[test]
+fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
+    let tls = published_with(CA_BUNDLE, "configmap/registry-ca", true);
+    let source = ca_source(&tls).expect("named").expect("valid");
+    let (planned, problem) = decide(Some(&tls), &observed(&source, Ok(Some(Some(CA)))));
+    assert_eq!(problem, None);
+    assert!(!planned.hosts.is_empty() && planned.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
+    let (planned, problem) = decide(Some(&tls), &observed(&source, Ok(None)));
+    assert_eq!(planned, NodePlan::default());
+    assert_eq!(problem.as_deref(), Some("configmap/registry-ca does not exist in namespace registry"));
+    assert_eq!(decide(None, &Observed::default()), (NodePlan::default(), None));
+}
