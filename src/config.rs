@@ -9,6 +9,7 @@ use kube::core::{Expression, Selector};
 use crate::hosting::Field;
 pub use crate::settings::NodeAddress;
 use crate::settings::Settings;
+use crate::watching::{is_dns_label, is_dns_name, is_object_name};
 
 /// The default registry selector, as the flag shows it.
 pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
@@ -480,33 +481,17 @@ fn parse_log_filter(value: &str) -> Result<String, String> {
 }
 
 fn parse_namespace(value: &str) -> Result<String, String> {
-    let valid = !value.is_empty() && value.len() <= 63 && is_dns_label(value);
+    let valid = is_dns_label(value);
     if valid { Ok(value.to_string()) } else { Err(format!("{value:?} is not a valid namespace name")) }
 }
 
 fn parse_dns_subdomain(value: &str) -> Result<String, String> {
-    if value.len() <= 253 && is_dns_name(value) {
-        Ok(value.to_string())
-    } else {
-        Err(format!("{value:?} is not a valid object name"))
-    }
+    if is_object_name(value) { Ok(value.to_string()) } else { Err(format!("{value:?} is not a valid object name")) }
 }
 
 fn parse_cluster_domain(value: &str) -> Result<String, String> {
     let trimmed = value.trim_end_matches('.');
     if is_dns_name(trimmed) { Ok(trimmed.to_string()) } else { Err(format!("{value:?} is not a DNS domain")) }
-}
-
-fn is_dns_label(label: &str) -> bool {
-    !label.is_empty()
-        && label.len() <= 63
-        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !label.starts_with('-')
-        && !label.ends_with('-')
-}
-
-fn is_dns_name(name: &str) -> bool {
-    name.split('.').all(is_dns_label)
 }
 
 /// Reads a label selector as the API server would, so a typo exits at start instead of failing every watch.
@@ -578,7 +563,7 @@ fn check_label_key(key: &str) -> Result<(), String> {
         None => (None, key),
     };
     if let Some(prefix) = prefix
-        && !(prefix.len() <= 253 && is_dns_name(prefix))
+        && !is_object_name(prefix)
     {
         return Err(format!("label key prefix {prefix:?} is not a DNS subdomain"));
     }

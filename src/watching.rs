@@ -78,6 +78,26 @@ impl fmt::Display for WatchKey {
     }
 }
 
+/// A DNS label (RFC 1123): what a namespace name must be.
+pub fn is_dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+/// Dot-separated DNS labels.
+pub fn is_dns_name(name: &str) -> bool {
+    name.split('.').all(is_dns_label)
+}
+
+/// A DNS subdomain of at most 253 characters: what the API server takes as the name of most objects, and so what
+/// a [`WatchKey::named`] may select.
+pub fn is_object_name(name: &str) -> bool {
+    name.len() <= 253 && is_dns_name(name)
+}
+
 /// `key=value`.
 pub fn equal(key: &str, value: &str) -> Selector {
     Expression::Equal(key.to_string(), value.to_string()).into()

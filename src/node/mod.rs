@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::hosting::address::Host;
 use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
-use crate::watching::WatchKey;
+use crate::watching::{WatchKey, is_object_name};
 pub(crate) use watched::node_watch_sets;
 pub use watched::{CaBundle, Interest, Observed};
 
@@ -116,21 +116,13 @@ pub fn ca_source(published: &Published) -> Option<Result<CaSource, String>> {
     let namespace = &published.registry.namespace;
     let key = |name: &str| WatchKey::in_namespace(namespace).named(name);
     Some(match value.trim().split_once('/') {
-        Some(("configmap", name)) if object_name(name) => Ok(CaSource::ConfigMap(key(name))),
-        Some(("secret", name)) if object_name(name) => Ok(CaSource::Secret(key(name))),
+        Some(("configmap", name)) if is_object_name(name) => Ok(CaSource::ConfigMap(key(name))),
+        Some(("secret", name)) if is_object_name(name) => Ok(CaSource::Secret(key(name))),
         _ => Err(format!(
             "annotation {CA_BUNDLE}={value:?} must be configmap/<name> or secret/<name>: an object in namespace \
              {namespace} whose {CA_KEY} holds the registry's CA bundle"
         )),
     })
-}
-
-/// A Kubernetes object name (a DNS subdomain).
-fn object_name(name: &str) -> bool {
-    (1..=253).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 /// The watches the plan of `published` needs: the object holding its CA bundle, when it serves TLS and names one.

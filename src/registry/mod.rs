@@ -222,7 +222,9 @@ pub fn interest(cluster: &Cluster, settings: &Settings) -> Interest {
 /// The registry Services of one snapshot, found once and then asked which watches they need or what each would
 /// publish.
 pub struct Candidates<'a> {
-    index: Index<'a>,
+    cluster: &'a Cluster,
+    /// Built when first asked for: most interest passes never look up a slice.
+    index: std::cell::OnceCell<Index<'a>>,
     /// Each Service, how it was found, and whether its namespace may name the cluster's registry.
     found: Vec<(&'a Arc<Service>, Origin, bool)>,
     /// Labelled Services in namespaces that are not allowed, seen by their identity only.
@@ -233,7 +235,8 @@ pub struct Candidates<'a> {
 
 pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
     let mut candidates = Candidates {
-        index: Index::new(cluster),
+        cluster,
+        index: std::cell::OnceCell::new(),
         found: Vec::new(),
         ignored: Vec::new(),
         labelled_namespaces: BTreeSet::new(),
@@ -279,13 +282,17 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
     candidates
 }
 
-impl Candidates<'_> {
+impl<'a> Candidates<'a> {
+    fn index(&self) -> &Index<'a> {
+        self.index.get_or_init(|| Index::new(self.cluster))
+    }
+
     /// Every registry with what it would publish: the allowed ones best first, then the ignored ones.
     pub fn registries(&self, settings: &Settings) -> Registries {
         let mut registries = Registries::default();
         for (service, origin, allowed) in &self.found {
             if *allowed {
-                registries.allowed.push(values::derive(service, origin.clone(), &self.index, settings));
+                registries.allowed.push(values::derive(service, origin.clone(), self.index(), settings));
             } else {
                 let identity = Identity::of(&service.metadata);
                 registries.ignored.push(Ignored {
@@ -309,7 +316,7 @@ impl Candidates<'_> {
     /// Every watch the publisher needs: the fixed ones, and those these registries need. Nothing of an ignored
     /// registry is watched beyond its identity, so a tenant's thousand Services cost no more than their own objects.
     pub fn interest(&self, settings: &Settings) -> Interest {
-        let cluster = self.index.cluster;
+        let cluster = self.cluster;
         let mut interest = Interest::default();
         watched::fixed(&mut interest, settings);
         let workload_namespaces: BTreeSet<&str> = cluster.workloads().iter().map(|w| w.namespace.as_str()).collect();
@@ -323,7 +330,7 @@ impl Candidates<'_> {
             }
             let id = service_id(service);
             if values::needs_node_address(origin, settings) {
-                let nodes = values::endpoint_nodes(&self.index, &id);
+                let nodes = values::endpoint_nodes(self.index(), &id);
                 interest.nodes.extend(nodes.iter().map(|name| WatchKey::everywhere().named(name)));
             }
             match pod_selector(service) {
