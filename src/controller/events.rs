@@ -31,11 +31,19 @@ pub trait Tell: Send + Sync + 'static {
     fn reason(&self) -> &'static str;
     fn warning(&self) -> bool;
     fn message(&self) -> &str;
+    /// Something that happened (told once), not a state (told while it lasts): a later pass's notices, which
+    /// replace those not yet told, do not drop it.
+    fn occurrence(&self) -> bool {
+        false
+    }
 }
 
 /// Every concern's notice has the same shape: the object, a reason enum, the message.
 macro_rules! tell_by_reason {
     ($notice:ty, $warning:expr) => {
+        tell_by_reason!($notice, $warning, |_: &$notice| false);
+    };
+    ($notice:ty, $warning:expr, $occurrence:expr) => {
         impl Tell for $notice {
             fn regarding(&self) -> &ObjectReference {
                 &self.regarding
@@ -49,11 +57,19 @@ macro_rules! tell_by_reason {
             fn message(&self) -> &str {
                 &self.message
             }
+            fn occurrence(&self) -> bool {
+                $occurrence(self)
+            }
         }
     };
 }
 
-tell_by_reason!(crate::publish::Notice, |n: &crate::publish::Notice| n.reason.warning());
+// A hold starting is told once per hold, by the pass that starts it.
+tell_by_reason!(
+    crate::publish::Notice,
+    |n: &crate::publish::Notice| n.reason.warning(),
+    |n: &crate::publish::Notice| n.reason == crate::publish::Reason::ConflictingWriter
+);
 // Every pull notice is a problem in some namespace.
 tell_by_reason!(crate::pull::Notice, |_: &crate::pull::Notice| true);
 tell_by_reason!(crate::node::Notice, |n: &crate::node::Notice| n.reason.warning());
@@ -83,6 +99,19 @@ struct Latest<N> {
     closed: AtomicBool,
 }
 
+impl<N: Tell> Latest<N> {
+    /// Replaces the notices not yet told, keeping their occurrences.
+    fn put(&self, mut notices: Vec<N>) {
+        let mut slot = self.slot();
+        if let Some(untold) = slot.take() {
+            let kept: Vec<N> =
+                untold.into_iter().filter(|n| n.occurrence() && !notices.iter().any(|m| same(m, n))).collect();
+            notices.extend(kept);
+        }
+        *slot = Some(notices);
+    }
+}
+
 impl<N> Latest<N> {
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Vec<N>>> {
         // The slot holds plain values, valid whatever a panicking holder was doing.
@@ -99,9 +128,10 @@ impl<N: Tell> EventLog<N> {
         Self { task: tokio::spawn(poster.run(latest.clone())), latest }
     }
 
-    /// What the current pass has to say; replaces what an earlier pass said and was not yet told.
+    /// What the current pass has to say; replaces what an earlier pass said and was not yet told, but for its
+    /// occurrences.
     pub fn record(&self, notices: Vec<N>) {
-        *self.latest.slot() = Some(notices);
+        self.latest.put(notices);
         self.latest.wake.notify_one();
     }
 
@@ -114,6 +144,12 @@ impl<N: Tell> EventLog<N> {
             warn!("stopped before every Event was recorded");
         }
     }
+}
+
+/// The same notice: about the same object, for the same reason, saying the same.
+fn same(a: &impl Tell, b: &impl Tell) -> bool {
+    let object = |n: &dyn Tell| (n.regarding().namespace.clone(), n.regarding().name.clone());
+    a.reason() == b.reason() && a.message() == b.message() && object(a) == object(b)
 }
 
 struct Poster {
@@ -226,4 +262,31 @@ fn event(action: &str, instance: &str, notice: &impl Tell, namespace: &str, name
     event.metadata.namespace = Some(namespace.to_string());
     event.metadata.name = Some(format!("{name}.{:x}", now.as_nanosecond()));
     event
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::{Notice, Reason};
+
+    fn notice(name: &str, reason: Reason, message: &str) -> Notice {
+        let regarding = ObjectReference { name: Some(name.into()), ..ObjectReference::default() };
+        Notice::new(&regarding, reason, message.to_string())
+    }
+
+    #[test]
+    fn a_later_pass_replaces_untold_states_but_keeps_untold_occurrences_once() {
+        let latest = Latest { notices: Mutex::new(None), wake: Notify::new(), closed: AtomicBool::new(false) };
+        let hold = notice("local-registry-hosting", Reason::ConflictingWriter, "writes wait 30s");
+        latest.put(vec![notice("zot", Reason::NotPublished, "no ready endpoint"), hold.clone()]);
+        latest.put(vec![notice("zot", Reason::Published, "published")]);
+        latest.put(vec![hold.clone()]);
+        let untold = latest.slot().take().expect("notices");
+        let told: Vec<(&str, Reason)> = untold.iter().map(|n| (n.message.as_ref(), n.reason)).collect();
+        assert_eq!(
+            told,
+            [("writes wait 30s", Reason::ConflictingWriter)],
+            "the state went, the occurrence stayed once"
+        );
+    }
 }
