@@ -166,6 +166,11 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         hosts_dir: agent.hosts_dir.clone(),
         daemonset: agent.daemonset.clone(),
         resync: agent.resync,
+        containerd_config: agent
+            .containerd_config
+            .clone()
+            .zip(agent.node_config_path.clone())
+            .map(|(file, hosts_on_node)| crate::agent::ContainerdConfig { file, hosts_on_node }),
     };
     let listener = match http::bind(agent.http_address).await {
         Ok(listener) => listener,

@@ -339,6 +339,16 @@ pub struct NodeAgentArgs {
     #[arg(long, env = "LRP_NODE_AGENT_RESYNC", default_value = "10s", value_parser = parse_duration)]
     pub resync: Duration,
 
+    /// containerd's config file, at its path on the node (mount its directory there, read-only): the agent checks
+    /// that its registry config_path names --node-config-path, and tells (Event ConfigPathMismatch, metric,
+    /// doctor) when containerd reads another directory, where the agent's files would go unread.
+    #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "node_config_path")]
+    pub containerd_config: Option<std::path::PathBuf>,
+
+    /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name.
+    #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH", requires = "containerd_config")]
+    pub node_config_path: Option<String>,
+
     /// Address serving /healthz (liveness), /readyz (ready once the plan was read) and /metrics (Prometheus: what
     /// this node's hosts directory holds of the plan).
     #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]

@@ -310,6 +310,21 @@ fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
         }
         let host_path = format!("hostPath:\n            path: \"{config_path}\"");
         assert!(rendered.contains(&host_path), "{distribution}: the agent mounts {config_path}:\n{rendered}");
+        // It checks containerd's config names that directory, reading the config's directory, read-only.
+        let config = match distribution {
+            "k3d" => "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+            "microk8s" => "/var/snap/microk8s/current/args/containerd.toml",
+            _ => "/etc/containerd/config.toml",
+        };
+        let (config_dir, _) = config.rsplit_once('/').unwrap();
+        for text in [
+            format!("- \"--containerd-config={config}\""),
+            format!("- \"--node-config-path={config_path}\""),
+            format!("mountPath: \"{config_dir}\"\n              readOnly: true"),
+            format!("hostPath:\n            path: \"{config_dir}\"\n            type: Directory"),
+        ] {
+            assert!(rendered.contains(&text), "{distribution}: {text} in\n{rendered}");
+        }
         let services: Vec<_> = rendered_objects(&rendered, "Service")
             .into_iter()
             .filter(|s| s["spec"]["type"] == "ExternalName")
@@ -355,6 +370,13 @@ fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("must then be one key=value"), "{output:?}");
     let output = tool("helm", &["template", "lrp", &chart(), "--set", "distribution=docker-desktop"]);
     assert!(!output.status.success(), "an unknown distribution is refused");
+    // The containerd check can be turned off (nothing more of the node is mounted), and a relative file is refused.
+    let unchecked = render("nodeAgent.enabled=true,nodeAgent.checkContainerdConfig=false");
+    assert!(!unchecked.contains("--containerd-config") && !unchecked.contains("containerd-config"), "{unchecked}");
+    let set = "nodeAgent.enabled=true,nodeAgent.containerdConfig=config.toml";
+    let output = tool("helm", &["template", "lrp", &chart(), "--set", set]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("nodeAgent.containerdConfig \"config.toml\": must be"));
 }
 
 /// The chart promises what is tested: its kubeVersion floor is the oldest minor `make test` runs the cluster tests on.

@@ -91,10 +91,19 @@ fn isolated_release_values(ns: &str, extra: &[String]) -> Vec<String> {
     values
 }
 
-/// The node agent on, writing into the real node's hosts directory and checking it every 2 s.
+/// The node agent on, writing into the real node's hosts directory, checking it every 2 s, and checking that the
+/// node's containerd reads it.
 fn agent_on() -> Vec<String> {
-    let config_path = format!("nodeAgent.configPath={}", node().hosts_dir().display());
-    vec!["nodeAgent.enabled=true".into(), config_path, "nodeAgent.resync=2s".into()]
+    agent_writing_into(&node().hosts_dir())
+}
+
+fn agent_writing_into(dir: &Path) -> Vec<String> {
+    vec![
+        "nodeAgent.enabled=true".into(),
+        format!("nodeAgent.configPath={}", dir.display()),
+        format!("nodeAgent.containerdConfig={}", node().containerd_config().display()),
+        "nodeAgent.resync=2s".into(),
+    ]
 }
 
 /// The published document, read as readers read it.
@@ -838,6 +847,8 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     let metrics = wait_agent_metrics(&client, &ns, |text| text.contains(configured)).await;
     assert!(metrics.contains("local_registry_publisher_node_hosts_files_total{operation=\"write\"}"), "{metrics}");
     assert!(metrics.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{metrics}");
+    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    assert!(metrics.contains(reads), "containerd's config names the agent's directory: {metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&ns, |report| report.contains(&real)).await;
@@ -900,6 +911,60 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     assert!(!hosts_dir.join(&address).exists());
     assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
     std::fs::remove_dir_all(&foreign_dir).unwrap();
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_and_the_pull_fails_until_fixed() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "configpath").await.expect("namespace");
+    apply_in(&client, &ns, registry_deployment()).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &ns, service).await;
+    // A directory containerd does not read, as a wrong nodeAgent.configPath (k3s's on a kind node) makes it.
+    let elsewhere = node().hosts_dir().with_file_name(format!("{ns}.d"));
+    let wrong = isolated_release_values(&ns, &agent_writing_into(&elsewhere));
+    helm_install("configpath", &ns, &wrong.iter().map(String::as_str).collect::<Vec<_>>());
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let address = format!("{ip}:5000");
+    wait_published(&client, &ns, "hosting", "the ClusterIP registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(address.as_str())
+    })
+    .await;
+    push(true, &own_image("config-path"), &format!("{address}/configpath/app:1"), None);
+    let written = wait_until(SOON, || async { elsewhere.join(&address).join("hosts.toml").exists().then_some(()) });
+    assert!(written.await.is_some(), "the agent wrote nothing into {}", elsewhere.display());
+
+    // The file is there, but containerd never reads it: the pull fails with the runtime's own error, and the
+    // agent, its metrics and doctor say why and what to set.
+    let image = format!("{address}/configpath/app:1");
+    apply_in(&client, &ns, app_pod("unread", &image)).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &ns, "unread").await.filter(|w| w.contains("server gave HTTP response to HTTPS client"))
+    })
+    .await;
+    assert!(refused.is_some(), "pulling through an unread file: {:?}", waiting(&client, &ns, "unread").await);
+    let mismatch = "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1\n";
+    wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
+    let report = wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
+    assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
+    let reads = format!("reads registry hosts from {}", node().hosts_dir().display());
+    assert!(report.contains(&reads) && report.contains("nodeAgent.configPath"), "{report}");
+
+    // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours).
+    helm_upgrade("configpath", &ns, &isolated_release_values(&ns, &agent_on()));
+    wait_hosts_toml(&address, "configPath fixed", |t| t.is_some()).await;
+    apply_in(&client, &ns, app_pod("read", &image)).await;
+    wait_phase(&client, &ns, "read", &["Running"]).await;
+    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    wait_agent_metrics(&client, &ns, |text| text.contains(reads)).await;
+    ok(tool("helm", &["uninstall", "configpath", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    std::fs::remove_dir_all(&elsewhere).unwrap();
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 

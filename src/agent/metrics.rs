@@ -13,6 +13,7 @@ use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
 use crate::metrics::ProcessCollector;
 use crate::node::NodePlan;
 use crate::node::files::Report;
+use crate::node::runtime::RuntimeCheck;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -31,6 +32,7 @@ pub struct AgentMetrics {
     files: Family<OperationLabels, Counter>,
     last_sync: Gauge<f64, AtomicU64>,
     watch_restarts: Counter,
+    runtime: Family<StateLabels, Gauge>,
 }
 
 impl AgentMetrics {
@@ -59,6 +61,13 @@ impl AgentMetrics {
             "Failures of the node plan's watch that were retried with backoff",
             self.watch_restarts.clone(),
         );
+        registry.register(
+            "local_registry_publisher_node_containerd_config",
+            "1 for what containerd's config file says of the hosts directory: reads (its config_path names it), \
+             elsewhere (containerd reads another directory or none: the agent's files go unread), unknown (the \
+             file could not be read or understood), unchecked (nodeAgent.containerdConfig is empty)",
+            self.runtime.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -78,6 +87,13 @@ impl AgentMetrics {
         self.files.get_or_create(&OperationLabels { operation: "remove" }).inc_by(report.removed.len() as u64);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         self.last_sync.set(now.as_secs_f64());
+    }
+
+    /// containerd's config file was checked anew.
+    pub fn runtime_checked(&self, check: &RuntimeCheck) {
+        for state in ["reads", "elsewhere", "unknown", "unchecked"] {
+            self.runtime.get_or_create(&StateLabels { state }).set(i64::from(state == check.label()));
+        }
     }
 
     pub fn watch_restarted(&self) {
@@ -118,5 +134,9 @@ mod tests {
             assert!(text.contains(line), "{line} in\n{text}");
         }
         assert!(text.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{text}");
+        metrics.runtime_checked(&RuntimeCheck::Elsewhere { config_path: None });
+        let text = crate::metrics::Metrics::encode(&metrics.registry());
+        assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"), "{text}");
+        assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"reads\"} 0"), "{text}");
     }
 }

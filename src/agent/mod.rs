@@ -25,7 +25,8 @@ use crate::cli::text::safe;
 use crate::controller::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
 use crate::node::files::{self, Report};
-use crate::node::{self, NodePlan, PLAN_KEY};
+use crate::node::runtime::{self, RuntimeCheck};
+use crate::node::{self, NodePlan, PLAN_KEY, RuntimeFinding};
 pub use metrics::AgentMetrics;
 
 /// What the agent is told by its flags.
@@ -38,6 +39,17 @@ pub struct AgentSettings {
     /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
     pub daemonset: Option<String>,
     pub resync: Duration,
+    /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_dir`.
+    pub containerd_config: Option<ContainerdConfig>,
+}
+
+/// Where the agent finds containerd's config, and what it must name.
+#[derive(Clone, Debug)]
+pub struct ContainerdConfig {
+    /// The config file, at its path on the node (the chart mounts its directory there, read-only).
+    pub file: PathBuf,
+    /// The hosts directory as the node sees it: what the config's `config_path` must name.
+    pub hosts_on_node: String,
 }
 
 /// What the agent reports through: its probes and its metrics.
@@ -90,6 +102,8 @@ pub async fn run(
     let mut listing: Option<NodePlan> = None;
     let mut plan: Option<NodePlan> = None;
     let mut last = Report::default();
+    let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
+    metrics.runtime_checked(&runtime.check);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -125,8 +139,14 @@ pub async fn run(
                 metrics.synced(plan, &report);
                 last = report;
             }
+            let found = check_runtime(settings.containerd_config.as_ref());
+            if found != runtime {
+                metrics.runtime_checked(&found.check);
+                tell_runtime(&found);
+                runtime = found;
+            }
             health.set_synced(Task::NodeAgent, true);
-            told.record(node::notices(plan, &last, &regarding));
+            told.record(node::notices(plan, &last, &runtime, &regarding));
         }
     }
     told.finish().await;
@@ -164,6 +184,30 @@ fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Option<Repo
         }
     }
     Some(report)
+}
+
+/// Whether containerd reads the hosts directory, as its config file says now (containerd reads it at its start,
+/// so a fixed config shows here before containerd has restarted; the file is cheap to read at every pass).
+fn check_runtime(config: Option<&ContainerdConfig>) -> RuntimeFinding {
+    let Some(config) = config else {
+        return RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
+    };
+    let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
+    let check = runtime::check(text.as_deref().map_err(Clone::clone), &config.hosts_on_node);
+    let said = runtime::describe(&check, &config.file.display().to_string(), &config.hosts_on_node);
+    RuntimeFinding { check, said }
+}
+
+fn tell_runtime(found: &RuntimeFinding) {
+    let said = found.said.as_deref().map(safe);
+    match (&found.check, said) {
+        (RuntimeCheck::Elsewhere { .. }, Some(said)) => error!("{said}"),
+        (RuntimeCheck::Unknown(_), Some(said)) => warn!("{said}"),
+        (RuntimeCheck::Reads { .. }, said) => {
+            info!(note = said.as_deref().unwrap_or_default(), "containerd reads the hosts directory")
+        }
+        _ => {}
+    }
 }
 
 /// The plan a ConfigMap holds; `None` (keep the last plan) when it holds none or one this agent cannot read.

@@ -113,7 +113,7 @@ fn agent_verdict(pod: &Pod, plan: &NodePlan, events: &[Event]) -> Result<String,
         return Ok(format!("configured by {pod_name}"));
     }
     let mut said = format!("not configured for {} (agent {pod_name})", missing.join(", "));
-    for reason in [Reason::ForeignHostsFile, Reason::HostsFileFailed] {
+    for reason in [Reason::ConfigPathMismatch, Reason::ForeignHostsFile, Reason::HostsFileFailed] {
         if let Some(note) = latest.get(reason.as_str()) {
             said.push_str(&format!("; {}: {note}", reason.as_str()));
         }

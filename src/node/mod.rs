@@ -7,6 +7,7 @@
 //! node's agent ([`files`]) writes it.
 
 pub mod files;
+pub mod runtime;
 mod watched;
 
 use std::net::IpAddr;
@@ -204,6 +205,8 @@ pub enum Reason {
     HostsFileFailed,
     /// A registry that serves TLS names a CA bundle the controller cannot use: no node is configured for it.
     CaBundleUnusable,
+    /// This node's containerd reads another hosts directory than the one the agent writes into.
+    ConfigPathMismatch,
 }
 
 impl Reason {
@@ -213,6 +216,7 @@ impl Reason {
             Reason::ForeignHostsFile => "ForeignHostsFile",
             Reason::HostsFileFailed => "HostsFileFailed",
             Reason::CaBundleUnusable => "CaBundleUnusable",
+            Reason::ConfigPathMismatch => "ConfigPathMismatch",
         }
     }
 
@@ -229,9 +233,31 @@ pub struct Notice {
     pub message: String,
 }
 
+/// What the agent found of its node's containerd: the check, and what it says in words (see [`runtime::describe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeFinding {
+    pub check: runtime::RuntimeCheck,
+    pub said: Option<String>,
+}
+
 /// The state of the node after a pass, in words: the addresses configured, then each one left alone or failed.
-pub fn notices(plan: &NodePlan, report: &files::Report, regarding: &ObjectReference) -> Vec<Notice> {
+/// None is configured while containerd reads another directory, whatever the agent wrote.
+pub fn notices(
+    plan: &NodePlan,
+    report: &files::Report,
+    runtime: &RuntimeFinding,
+    regarding: &ObjectReference,
+) -> Vec<Notice> {
     let notice = |reason, message| Notice { regarding: regarding.clone(), reason, message };
+    if runtime.check.unread() {
+        let said = runtime.said.clone().unwrap_or_default();
+        let summary = if plan.hosts.is_empty() {
+            "no published address needs a hosts.toml on this node".to_string()
+        } else {
+            "no published address is configured on this node: its containerd does not read this agent's files".into()
+        };
+        return vec![notice(Reason::HostsConfigured, summary), notice(Reason::ConfigPathMismatch, said)];
+    }
     let troubled =
         |address: &str| report.foreign.iter().any(|a| a == address) || report.failed.iter().any(|(a, _)| a == address);
     let configured: Vec<String> = plan
@@ -246,6 +272,10 @@ pub fn notices(plan: &NodePlan, report: &files::Report, regarding: &ObjectRefere
         "no published address is configured on this node".to_string()
     } else {
         format!("this node's containerd pulls {}", configured.join(", "))
+    };
+    let summary = match &runtime.said {
+        Some(said) => format!("{summary} ({said})"),
+        None => summary,
     };
     // One Event per reason: Events are kept per object and reason.
     let mut said = vec![notice(Reason::HostsConfigured, summary)];

@@ -204,8 +204,9 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
         failed: vec![("c:5000".into(), "read-only file system".into())],
         ..files::Report::default()
     };
+    let checked = RuntimeFinding { check: runtime::RuntimeCheck::Unchecked, said: None };
     let told: Vec<(Reason, String)> =
-        notices(&plan, &report, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
+        notices(&plan, &report, &checked, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
     assert_eq!(
         told[0],
         (Reason::HostsConfigured, "this node's containerd pulls a:5000 via http://10.96.0.12:5000".into())
@@ -216,9 +217,34 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
     assert!(
         !Reason::HostsConfigured.warning() && Reason::ForeignHostsFile.warning() && Reason::HostsFileFailed.warning()
     );
-    let nothing = notices(&NodePlan::default(), &files::Report::default(), &regarding);
+    let nothing = notices(&NodePlan::default(), &files::Report::default(), &checked, &regarding);
     assert_eq!(nothing.len(), 1);
     assert_eq!(nothing[0].message, "no published address needs a hosts.toml on this node");
+}
+
+#[test]
+fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothing() {
+    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
+    let entry = HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
+    let plan = NodePlan { hosts: vec![entry] };
+    let written = files::Report { written: vec!["a:5000".into()], ..files::Report::default() };
+    let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
+    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
+    let elsewhere = RuntimeFinding { check, said: said.clone() };
+    let told: Vec<(Reason, String)> =
+        notices(&plan, &written, &elsewhere, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
+    assert_eq!(told[0].0, Reason::HostsConfigured);
+    assert!(!told[0].1.contains(" via "), "nothing is configured: {}", told[0].1);
+    assert_eq!(told[1], (Reason::ConfigPathMismatch, said.unwrap_or_default()));
+    assert!(Reason::ConfigPathMismatch.warning());
+    // containerd 2.2's default directory: configured, with the caveat in words.
+    let check = runtime::RuntimeCheck::Reads { config_path: None };
+    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
+    let default = RuntimeFinding { check, said };
+    let told = notices(&plan, &written, &default, &regarding);
+    assert_eq!(told.len(), 1);
+    assert!(told[0].message.starts_with("this node's containerd pulls a:5000 via http://10.96.0.12:5000 ("));
+    assert!(told[0].message.contains("containerd 2.2 and later"), "{}", told[0].message);
 }
 
 #[test]

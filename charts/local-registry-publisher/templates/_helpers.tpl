@@ -82,7 +82,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- /*
 The distribution's defaults (values.yaml `distribution`; README "Per cluster"), filled into the values a user left
-empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, registry.helpUrl. For kind and k3d the
+empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, nodeAgent.containerdConfig, registry.helpUrl. For kind and k3d the
 registry is a container beside the cluster: the chart describes it with an ExternalName Service in the release
 namespace (templates/registry-container.yaml), which this release then allows to name the registry. Every template
 that reads those values includes this first; filling in is idempotent, so the order templates render in does not
@@ -90,20 +90,26 @@ matter.
 */ -}}
 {{- define "lrp.applyDistribution" -}}
 {{- $containerd := "/etc/containerd/certs.d" -}}
+{{- $config := "/etc/containerd/config.toml" -}}
+{{- $k3s := "/var/lib/rancher/k3s/agent/etc/containerd" -}}
 {{- $presets := dict
-  "plain" (dict "nodeAddress" "localhost" "takeOver" false "configPath" $containerd "helpUrl" "")
-  "kind" (dict "nodeAddress" "localhost" "takeOver" true "configPath" $containerd
-    "helpUrl" "https://kind.sigs.k8s.io/docs/user/local-registry/" "container" "kind-registry" "hostPort" 5001)
-  "k3d" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/lib/rancher/k3s/agent/etc/containerd/certs.d"
-    "helpUrl" "https://k3d.io/stable/usage/registries/" "container" "k3d-registry" "hostPort" 5111)
-  "minikube" (dict "nodeAddress" "internal-ip" "takeOver" false "configPath" $containerd "helpUrl" "")
-  "microk8s" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/snap/microk8s/current/args/certs.d"
+  "plain" (dict "nodeAddress" "localhost" "takeOver" false "configPath" $containerd "containerdConfig" $config
     "helpUrl" "")
+  "kind" (dict "nodeAddress" "localhost" "takeOver" true "configPath" $containerd "containerdConfig" $config
+    "helpUrl" "https://kind.sigs.k8s.io/docs/user/local-registry/" "container" "kind-registry" "hostPort" 5001)
+  "k3d" (dict "nodeAddress" "localhost" "takeOver" true "configPath" (printf "%s/certs.d" $k3s)
+    "containerdConfig" (printf "%s/config.toml" $k3s)
+    "helpUrl" "https://k3d.io/stable/usage/registries/" "container" "k3d-registry" "hostPort" 5111)
+  "minikube" (dict "nodeAddress" "internal-ip" "takeOver" false "configPath" $containerd "containerdConfig" $config
+    "helpUrl" "")
+  "microk8s" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/snap/microk8s/current/args/certs.d"
+    "containerdConfig" "/var/snap/microk8s/current/args/containerd.toml" "helpUrl" "")
 -}}
 {{- $preset := get $presets .Values.distribution -}}
 {{- if not .Values.registry.nodeAddress }}{{ $_ := set .Values.registry "nodeAddress" $preset.nodeAddress }}{{ end -}}
 {{- if kindIs "invalid" .Values.configMap.takeOver }}{{ $_ := set .Values.configMap "takeOver" $preset.takeOver }}{{ end -}}
 {{- if not .Values.nodeAgent.configPath }}{{ $_ := set .Values.nodeAgent "configPath" $preset.configPath }}{{ end -}}
+{{- if not .Values.nodeAgent.containerdConfig }}{{ $_ := set .Values.nodeAgent "containerdConfig" $preset.containerdConfig }}{{ end -}}
 {{- if not .Values.registry.helpUrl }}{{ $_ := set .Values.registry "helpUrl" $preset.helpUrl }}{{ end -}}
 {{- with $preset.container }}
 {{- $container := $.Values.registryContainer -}}

@@ -78,6 +78,11 @@ impl RealNode {
         self.dir.join("node").join(config::HOSTS_DIR)
     }
 
+    /// containerd's config file, which names [`Self::hosts_dir`] as its registry `config_path`.
+    pub fn containerd_config(&self) -> PathBuf {
+        self.dir.join("node").join("containerd.toml")
+    }
+
     /// The most memory the node's daemons and pods used together so far.
     pub fn peak_memory_bytes(&self) -> Option<u64> {
         self.network.peak_memory_bytes()
