@@ -28,9 +28,13 @@ watch_sets!(publisher_watch_sets, Watches, Interest, Cluster);
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "publisher";
-/// After a write, further changes for this long are taken together: the first change of a burst is published at
-/// once, the rest of the burst in one more write.
+/// A change within this long of a write starts a burst, and a burst ends after this long without a change: the
+/// first change of a burst is published at once, the rest in one more write, however fast the API server answers
+/// (a fixed window after the write took one write per window's worth of changes, more on a slower machine).
 const ABSORB: Duration = Duration::from_millis(20);
+/// The longest a burst holds back its changes, from the write that started it, so a stream of changes that never
+/// goes quiet is still published this often.
+const BURST_HOLD: Duration = Duration::from_millis(250);
 /// How long to wait for our own write to come back through the ConfigMap watch.
 const ECHO_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -67,6 +71,19 @@ impl Trigger {
             Trigger::Recheck => "recheck",
             Trigger::Retry => "retry",
             Trigger::Leadership => "leadership",
+        }
+    }
+}
+
+/// The leading edge of a burst is published at once; a change within [`ABSORB`] of that write waits until the
+/// changes have been quiet for [`ABSORB`] (at most [`BURST_HOLD`] after the write), taking each one it sees.
+async fn absorb_burst(changed: &tokio::sync::Notify, last_write: Option<Instant>) {
+    let Some(written) = last_write.filter(|w| Instant::now() < *w + ABSORB) else { return };
+    let hold_until = written + BURST_HOLD;
+    loop {
+        let quiet_until = (Instant::now() + ABSORB).min(hold_until);
+        if tokio::time::timeout_at(quiet_until, changed.notified()).await.is_err() || Instant::now() >= hold_until {
+            return;
         }
     }
 }
@@ -132,10 +149,7 @@ impl Publisher {
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
                 () = self.signals.changed.notified() => {
-                    // The leading edge of a burst is published at once; what follows a write waits out ABSORB.
-                    if let Some(until) = self.last_write.map(|w| w + ABSORB).filter(|u| *u > Instant::now()) {
-                        tokio::time::sleep_until(until).await;
-                    }
+                    absorb_burst(&self.signals.changed, self.last_write).await;
                     Trigger::Change
                 }
                 () = timer, if wake_at.is_some() => wake_at.take().map_or(Trigger::Recheck, |(_, why)| why),
@@ -342,5 +356,58 @@ impl Publisher {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::Notify;
+    use tokio::time::{Duration, Instant};
+
+    use super::{ABSORB, BURST_HOLD, absorb_burst};
+
+    /// Changes every `gap`, `count` of them, starting `gap` from now.
+    fn changes(changed: &Arc<Notify>, gap: Duration, count: u32) {
+        let changed = changed.clone();
+        tokio::spawn(async move {
+            for _ in 0..count {
+                tokio::time::sleep(gap).await;
+                changed.notify_one();
+            }
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_long_after_the_last_write_is_published_at_once() {
+        let changed = Arc::new(Notify::new());
+        let written = Instant::now();
+        tokio::time::sleep(ABSORB * 2).await;
+        let started = Instant::now();
+        absorb_burst(&changed, Some(written)).await;
+        absorb_burst(&changed, None).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_absorbed_until_it_goes_quiet_whatever_its_pace() {
+        // 10 ms apart (a slow API server) and 3 ms apart: both taken whole, ending ABSORB after the last change.
+        for gap in [Duration::from_millis(10), Duration::from_millis(3)] {
+            let changed = Arc::new(Notify::new());
+            let written = Instant::now();
+            changes(&changed, gap, 9);
+            absorb_burst(&changed, Some(written)).await;
+            assert_eq!(written.elapsed(), gap * 9 + ABSORB, "{gap:?} apart");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_that_never_goes_quiet_is_published_at_the_hold() {
+        let changed = Arc::new(Notify::new());
+        let written = Instant::now();
+        changes(&changed, Duration::from_millis(5), 1000);
+        absorb_burst(&changed, Some(written)).await;
+        assert_eq!(written.elapsed(), BURST_HOLD);
     }
 }
