@@ -1051,7 +1051,9 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
     assert!(text.contains(&format!("[host.\"https://{ip}:5000\"]")), "{text}");
     assert!(text.contains(&format!("  ca = \"{CA_FILE}\"\n")), "{text}");
     let ca = std::fs::read_to_string(hosts_dir.join(&address).join(CA_FILE)).expect("the CA beside the file");
-    assert_eq!(ca, format!("{HEADER}\n{}", tls.ca));
+    // Marked as this release's agent's: the header, then the node plan it follows, then the PEM.
+    let owner = format!("# Following the node plan {ns}/nodetls-local-registry-publisher-node-plan.");
+    assert_eq!(ca, format!("{HEADER}\n{owner}\n{}", tls.ca));
     apply_in(&client, &ns, app_pod("with", &image)).await;
     wait_phase(&client, &ns, "with", &["Running"]).await;
 

@@ -24,7 +24,7 @@ use crate::backoff;
 use crate::cli::text::safe;
 use crate::controller::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
-use crate::node::files::{self, Report};
+use crate::node::files::{self, Owner, Report};
 use crate::node::runtime::{self, RuntimeCheck};
 use crate::node::{self, NodePlan, PLAN_KEY, RuntimeFinding};
 pub use metrics::AgentMetrics;
@@ -160,7 +160,8 @@ pub async fn run(
 /// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
 /// `None` when the directory could not be read.
 fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Option<Report> {
-    let report = match files::sync(&settings.hosts_dir, plan) {
+    let owner = Owner::new(&settings.namespace, &settings.configmap);
+    let report = match files::sync(&settings.hosts_dir, plan, &owner) {
         Ok(report) => report,
         Err(error) => {
             error!(%error, "reading the hosts directory failed");

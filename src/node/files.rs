@@ -1,9 +1,10 @@
 //! The node agent's writes: containerd's hosts directory (`config_path`) holds, for each planned address, a
-//! `<address>/hosts.toml` of ours, and nothing else of ours. A file is ours when its first line is [`HEADER`];
-//! a directory whose `hosts.toml` is not ours (or that has none but holds other files) is foreign: reported, never
-//! changed. An empty directory is nobody's.
+//! `<address>/hosts.toml` of ours, and nothing else of ours. A file is ours when its first line is [`HEADER`] and
+//! its second names the node plan this agent follows ([`Owner`]): the agents of two releases on one node each keep
+//! only their own. A directory whose `hosts.toml` is not ours (or that has none but holds other files) is foreign:
+//! reported, never changed. An empty directory is nobody's.
 //! An entry with a CA bundle also gets our [`CA_FILE`] beside its `hosts.toml`, which names it by a relative path
-//! (containerd reads it from the host's own directory); it is ours when its first line is [`HEADER`] too (PEM
+//! (containerd reads it from the host's own directory); it is ours when it begins with the same two lines too (PEM
 //! readers skip text before a certificate), and any other file there is someone else's.
 //! containerd reads the directory at each pull, so nothing restarts; each file is replaced whole (written beside
 //! it, then renamed) because containerd drops a file it cannot parse, and `ca.crt` is in place before the
@@ -23,6 +24,31 @@ const FILE: &str = "hosts.toml";
 /// The CA bundle of an `https://` endpoint, beside its `hosts.toml`: a name of its own, so a `ca.crt` someone put
 /// there is never taken for ours.
 pub const CA_FILE: &str = "local-registry-publisher-ca.crt";
+
+/// The agent a file of ours belongs to, named on the line after [`HEADER`] by the node plan it follows: without it,
+/// an agent of another release on the same node would take this one's files for its own and remove them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner(String);
+
+impl Owner {
+    /// The agents following the plan in ConfigMap `namespace/configmap` (Kubernetes names: no line breaks).
+    pub fn new(namespace: &str, configmap: &str) -> Self {
+        let name = |text: &str| -> String {
+            text.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-')).collect()
+        };
+        Self(format!("# Following the node plan {}/{}.", name(namespace), name(configmap)))
+    }
+
+    /// `body` with our two marking lines before it.
+    fn mark(&self, body: &str) -> String {
+        format!("{HEADER}\n{}\n{body}", self.0)
+    }
+
+    fn marks(&self, text: &str) -> bool {
+        let mut lines = text.lines();
+        lines.next() == Some(HEADER) && lines.next() == Some(self.0.as_str())
+    }
+}
 
 /// What one pass over the hosts directory did, each list by address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,30 +70,30 @@ impl Report {
 /// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
 /// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
 /// `ca.crt` beside it.
-pub fn hosts_toml(entry: &HostEntry) -> String {
+pub fn hosts_toml(entry: &HostEntry, owner: &Owner) -> String {
     let ca = if entry.ca.is_some() { format!("  ca = \"{CA_FILE}\"\n") } else { String::new() };
-    format!(
-        "{HEADER}\n# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}",
+    owner.mark(&format!(
+        "# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}",
         address = entry.address,
         endpoint = entry.endpoint,
-    )
+    ))
 }
 
 /// Makes `dir` hold exactly the plan's files of ours: writes what is missing or different, removes ours that the
-/// plan no longer names, and leaves every foreign file and directory as it is.
-pub fn sync(dir: &Path, plan: &NodePlan) -> io::Result<Report> {
+/// plan no longer names, and leaves every foreign file and directory (another agent's too) as it is.
+pub fn sync(dir: &Path, plan: &NodePlan, owner: &Owner) -> io::Result<Report> {
     let mut report = Report::default();
     for entry in &plan.hosts {
         if !safe_directory_name(&entry.address) || !safe_endpoint(&entry.endpoint) {
             report.failed.push((entry.address.clone(), "not a host:port this agent writes".into()));
             continue;
         }
-        let wanted = Files { hosts: hosts_toml(entry), ca: entry.ca.as_deref().map(ca_file) };
+        let wanted = Files { hosts: hosts_toml(entry, owner), ca: entry.ca.as_deref().map(|pem| owner.mark(pem)) };
         let path = dir.join(&entry.address);
-        match ownership(&path) {
+        match ownership(&path, owner) {
             Ownership::Foreign => report.foreign.push(entry.address.clone()),
             Ownership::Ours(current) if current == wanted => {}
-            Ownership::Ours(_) | Ownership::Absent => match write(&path, &wanted) {
+            Ownership::Ours(_) | Ownership::Absent => match write(&path, &wanted, owner) {
                 Ok(()) => report.written.push(entry.address.clone()),
                 Err(error) => report.failed.push((entry.address.clone(), error.to_string())),
             },
@@ -79,8 +105,8 @@ pub fn sync(dir: &Path, plan: &NodePlan) -> io::Result<Report> {
         if plan.hosts.iter().any(|entry| entry.address == name) {
             continue;
         }
-        if let Ownership::Ours(_) = ownership(&found.path()) {
-            match remove(&found.path()) {
+        if let Ownership::Ours(_) = ownership(&found.path(), owner) {
+            match remove(&found.path(), owner) {
                 Ok(()) => report.removed.push(name),
                 Err(error) => report.failed.push((name, error.to_string())),
             }
@@ -103,54 +129,47 @@ enum Ownership {
     Foreign,
 }
 
-fn ownership(path: &Path) -> Ownership {
+fn ownership(path: &Path, owner: &Owner) -> Ownership {
     match std::fs::symlink_metadata(path) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ownership::Absent,
         Ok(meta) if meta.is_dir() => {}
         _ => return Ownership::Foreign,
     }
     match std::fs::read_to_string(path.join(FILE)) {
-        Ok(hosts) if hosts.lines().next() == Some(HEADER) => {
-            Ownership::Ours(Files { hosts, ca: read_ours(&path.join(CA_FILE)) })
-        }
+        Ok(hosts) if owner.marks(&hosts) => Ownership::Ours(Files { hosts, ca: read_ours(&path.join(CA_FILE), owner) }),
         // An empty directory holds nothing of anyone's, and containerd reads nothing from it.
         Err(_) if std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none()) => Ownership::Absent,
         _ => Ownership::Foreign,
     }
 }
 
-fn write(path: &Path, files: &Files) -> io::Result<()> {
+fn write(path: &Path, files: &Files, owner: &Owner) -> io::Result<()> {
     match std::fs::create_dir(path) {
         Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
         _ => {}
     }
     let ca = path.join(CA_FILE);
     if let Some(text) = &files.ca {
-        if ca.exists() && read_ours(&ca).is_none() {
+        if ca.exists() && read_ours(&ca, owner).is_none() {
             return Err(io::Error::other(format!("a {CA_FILE} this agent did not write is there")));
         }
         replace(path, CA_FILE, text)?;
     }
     replace(path, FILE, &files.hosts)?;
     if files.ca.is_none() {
-        remove_ours(&ca)?;
+        remove_ours(&ca, owner)?;
     }
     Ok(())
 }
 
-/// Our CA file for a PEM bundle.
-fn ca_file(pem: &str) -> String {
-    format!("{HEADER}\n{pem}")
-}
-
-/// The text of a file of ours (its first line is [`HEADER`]); `None` when it is absent or someone else's.
-fn read_ours(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().filter(|text| text.lines().next() == Some(HEADER))
+/// The text of a file of ours (see [`Owner`]); `None` when it is absent or someone else's.
+fn read_ours(path: &Path, owner: &Owner) -> Option<String> {
+    std::fs::read_to_string(path).ok().filter(|text| owner.marks(text))
 }
 
 /// Removes the file if it is ours.
-fn remove_ours(path: &Path) -> io::Result<()> {
-    if read_ours(path).is_none() {
+fn remove_ours(path: &Path, owner: &Owner) -> io::Result<()> {
+    if read_ours(path, owner).is_none() {
         return Ok(());
     }
     match std::fs::remove_file(path) {
@@ -167,9 +186,9 @@ fn replace(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 }
 
 /// Removes our files, then the directory if nothing else is in it.
-fn remove(path: &Path) -> io::Result<()> {
+fn remove(path: &Path, owner: &Owner) -> io::Result<()> {
     std::fs::remove_file(path.join(FILE))?;
-    remove_ours(&path.join(CA_FILE))?;
+    remove_ours(&path.join(CA_FILE), owner)?;
     match std::fs::remove_dir(path) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(()),

@@ -32,9 +32,13 @@ fn names(dir: &Path) -> Vec<String> {
 
 const CLUSTER_NAME: &str = "registry.registry.svc.cluster.local:5000";
 
+fn owner() -> Owner {
+    Owner::new("local-registry-publisher", "lrp-node-plan")
+}
+
 #[test]
 fn the_file_says_plain_http_pull_and_resolve_with_no_tls_key() {
-    let text = hosts_toml(&entry(CLUSTER_NAME, "http://10.96.0.12:5000"));
+    let text = hosts_toml(&entry(CLUSTER_NAME, "http://10.96.0.12:5000"), &owner());
     assert!(text.starts_with(HEADER), "{text}");
     assert!(text.contains("[host.\"http://10.96.0.12:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"), "{text}");
     for tls_key in ["ca", "client", "skip_verify", "server"] {
@@ -47,12 +51,12 @@ fn the_file_says_plain_http_pull_and_resolve_with_no_tls_key() {
 fn writes_what_is_planned_once_then_nothing() {
     let dir = hosts_dir();
     let wanted = plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]);
-    let report = sync(&dir, &wanted).expect("synced");
+    let report = sync(&dir, &wanted, &owner()).expect("synced");
     assert_eq!(report.written, [CLUSTER_NAME]);
     let text = std::fs::read_to_string(dir.join(CLUSTER_NAME).join("hosts.toml")).expect("written");
-    assert_eq!(text, hosts_toml(&wanted.hosts[0]));
+    assert_eq!(text, hosts_toml(&wanted.hosts[0], &owner()));
     assert_eq!(names(&dir.join(CLUSTER_NAME)), ["hosts.toml"], "no temporary file is left");
-    assert_eq!(sync(&dir, &wanted).expect("synced"), Report::default(), "an unchanged plan writes nothing");
+    assert_eq!(sync(&dir, &wanted, &owner()).expect("synced"), Report::default(), "an unchanged plan writes nothing");
 }
 
 #[test]
@@ -61,17 +65,18 @@ fn follows_a_moved_endpoint_and_removes_a_withdrawn_address() {
     sync(
         &dir,
         &plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000"), entry("kind-registry:5000", "http://10.96.0.12:5000")]),
+        &owner(),
     )
     .expect("synced");
     let moved = plan(&[entry(CLUSTER_NAME, "http://10.96.0.99:5000")]);
-    let report = sync(&dir, &moved).expect("synced");
+    let report = sync(&dir, &moved, &owner()).expect("synced");
     assert_eq!(
         (report.written, report.removed),
         (vec![CLUSTER_NAME.to_string()], vec!["kind-registry:5000".to_string()])
     );
     assert!(std::fs::read_to_string(dir.join(CLUSTER_NAME).join("hosts.toml")).expect("read").contains("10.96.0.99"));
     assert_eq!(names(&dir), [CLUSTER_NAME]);
-    let report = sync(&dir, &NodePlan::default()).expect("synced");
+    let report = sync(&dir, &NodePlan::default(), &owner()).expect("synced");
     assert_eq!(report.removed, [CLUSTER_NAME]);
     assert!(names(&dir).is_empty());
 }
@@ -88,10 +93,10 @@ fn a_foreign_directory_or_file_is_reported_and_left_byte_for_byte() {
     std::fs::write(dir.join("certs-only:5000").join("ca.crt"), "pem").expect("cert");
     let wanted =
         plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000"), entry("certs-only:5000", "http://10.96.0.12:5000")]);
-    let report = sync(&dir, &wanted).expect("synced");
+    let report = sync(&dir, &wanted, &owner()).expect("synced");
     assert_eq!(report.foreign, [CLUSTER_NAME, "certs-only:5000"]);
     assert!(report.written.is_empty() && report.removed.is_empty());
-    sync(&dir, &NodePlan::default()).expect("synced");
+    sync(&dir, &NodePlan::default(), &owner()).expect("synced");
     assert_eq!(std::fs::read_to_string(dir.join(CLUSTER_NAME).join("hosts.toml")).expect("kept"), foreign);
     assert_eq!(std::fs::read_to_string(dir.join("docker.io").join("hosts.toml")).expect("kept"), foreign);
     assert_eq!(names(&dir.join("certs-only:5000")), ["ca.crt"]);
@@ -101,11 +106,11 @@ fn a_foreign_directory_or_file_is_reported_and_left_byte_for_byte() {
 fn an_emptied_directory_is_written_again_and_a_file_added_beside_ours_survives_removal() {
     let dir = hosts_dir();
     let wanted = plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]);
-    sync(&dir, &wanted).expect("synced");
+    sync(&dir, &wanted, &owner()).expect("synced");
     std::fs::remove_dir_all(dir.join(CLUSTER_NAME)).expect("emptied");
-    assert_eq!(sync(&dir, &wanted).expect("synced").written, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &wanted, &owner()).expect("synced").written, [CLUSTER_NAME]);
     std::fs::write(dir.join(CLUSTER_NAME).join("ca.crt"), "pem").expect("someone's file");
-    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
     assert_eq!(names(&dir.join(CLUSTER_NAME)), ["ca.crt"]);
 }
 
@@ -114,7 +119,7 @@ fn an_empty_directory_is_nobodys_and_is_written_into() {
     let dir = hosts_dir();
     std::fs::create_dir(dir.join(CLUSTER_NAME)).expect("dir");
     let wanted = plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]);
-    assert_eq!(sync(&dir, &wanted).expect("synced").written, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &wanted, &owner()).expect("synced").written, [CLUSTER_NAME]);
 }
 
 #[test]
@@ -126,7 +131,7 @@ fn an_address_or_endpoint_that_could_escape_the_directory_or_the_file_is_refused
         entry("ok:5000", "http://10.96.0.12:5000\"]\nserver = \"evil"),
         entry("ok:5001", "ftp://10.96.0.12:5000"),
     ]);
-    let report = sync(&dir, &wanted).expect("synced");
+    let report = sync(&dir, &wanted, &owner()).expect("synced");
     assert_eq!(report.failed.len(), 4, "{report:?}");
     assert!(names(&dir).is_empty());
 }
@@ -137,38 +142,38 @@ const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n
 fn an_https_endpoint_gets_its_ca_beside_the_file_which_names_it_and_both_follow_the_plan() {
     let dir = hosts_dir();
     let tls = HostEntry { ca: Some(CA.into()), ..entry(CLUSTER_NAME, "https://10.96.0.12:5000") };
-    let report = sync(&dir, &plan(std::slice::from_ref(&tls))).expect("synced");
+    let report = sync(&dir, &plan(std::slice::from_ref(&tls)), &owner()).expect("synced");
     assert_eq!(report.written, [CLUSTER_NAME]);
     let host_dir = dir.join(CLUSTER_NAME);
     assert_eq!(names(&host_dir), ["hosts.toml", CA_FILE], "no temporary file is left");
     let ca = || std::fs::read_to_string(host_dir.join(CA_FILE)).expect("ca");
-    assert_eq!(ca(), format!("{HEADER}\n{CA}"), "marked as ours; PEM readers skip text before a certificate");
+    assert_eq!(ca(), owner().mark(CA), "marked as ours; PEM readers skip text before a certificate");
     let text = std::fs::read_to_string(host_dir.join("hosts.toml")).expect("hosts");
     let wanted =
         format!("[host.\"https://10.96.0.12:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{CA_FILE}\"\n");
     assert!(text.contains(&wanted), "{text}");
-    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&tls))).expect("synced"), Report::default());
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&tls)), &owner()).expect("synced"), Report::default());
 
     // A rotated CA is written again; so is a CA changed by hand, once marked as ours.
     let rotated = HostEntry { ca: Some(CA.replace("MIIB", "MIIC")), ..tls.clone() };
-    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced").written, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated)), &owner()).expect("synced").written, [CLUSTER_NAME]);
     assert!(ca().contains("MIIC"));
-    std::fs::write(host_dir.join(CA_FILE), format!("{HEADER}\nchanged")).expect("changed by hand");
-    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced").written, [CLUSTER_NAME]);
+    std::fs::write(host_dir.join(CA_FILE), owner().mark("changed")).expect("changed by hand");
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&rotated)), &owner()).expect("synced").written, [CLUSTER_NAME]);
 
     // The registry speaks plain HTTP again: its CA goes; someone's ca.crt beside ours stays throughout.
     std::fs::write(host_dir.join("ca.crt"), "theirs").expect("someone's file");
     let plain = entry(CLUSTER_NAME, "http://10.96.0.12:5000");
-    assert_eq!(sync(&dir, &plan(&[plain])).expect("synced").written, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &plan(&[plain]), &owner()).expect("synced").written, [CLUSTER_NAME]);
     assert_eq!(names(&host_dir), ["ca.crt", "hosts.toml"]);
 
     // Withdrawn: the file, its CA and (when nothing else is left) the directory go.
-    sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced");
-    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    sync(&dir, &plan(std::slice::from_ref(&rotated)), &owner()).expect("synced");
+    assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
     assert_eq!(names(&host_dir), ["ca.crt"]);
     std::fs::remove_file(host_dir.join("ca.crt")).expect("theirs removed");
-    sync(&dir, &plan(std::slice::from_ref(&rotated))).expect("synced");
-    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    sync(&dir, &plan(std::slice::from_ref(&rotated)), &owner()).expect("synced");
+    assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
     assert!(names(&dir).is_empty(), "{:?}", names(&dir));
 }
 
@@ -176,14 +181,36 @@ fn an_https_endpoint_gets_its_ca_beside_the_file_which_names_it_and_both_follow_
 fn a_ca_file_someone_else_put_under_our_name_is_left_and_the_address_reported() {
     let dir = hosts_dir();
     let host_dir = dir.join(CLUSTER_NAME);
-    sync(&dir, &plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")])).expect("synced");
+    sync(&dir, &plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]), &owner()).expect("synced");
     std::fs::write(host_dir.join(CA_FILE), "theirs").expect("someone's file");
     let tls = HostEntry { ca: Some(CA.into()), ..entry(CLUSTER_NAME, "https://10.96.0.12:5000") };
-    let report = sync(&dir, &plan(&[tls])).expect("synced");
+    let report = sync(&dir, &plan(&[tls]), &owner()).expect("synced");
     assert_eq!(report.failed.len(), 1, "{report:?}");
     assert!(report.failed[0].1.contains("this agent did not write"), "{report:?}");
     assert_eq!(std::fs::read_to_string(host_dir.join(CA_FILE)).expect("kept"), "theirs");
     // Withdrawn: ours goes, theirs stays.
-    assert_eq!(sync(&dir, &NodePlan::default()).expect("synced").removed, [CLUSTER_NAME]);
+    assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
     assert_eq!(names(&host_dir), [CA_FILE]);
+}
+
+#[test]
+fn the_agents_of_two_releases_on_one_node_each_keep_only_their_own_files() {
+    let dir = hosts_dir();
+    let other = Owner::new("team-b", "lrp-node-plan");
+    let ours = plan(&[entry(CLUSTER_NAME, "http://10.96.0.12:5000")]);
+    let theirs = plan(&[entry("10.96.0.40:5000", "http://10.96.0.40:5000")]);
+    sync(&dir, &ours, &owner()).expect("synced");
+    // The other agent neither removes ours (not in its plan) nor takes it for its own.
+    let report = sync(&dir, &theirs, &other).expect("synced");
+    assert_eq!((report.written, report.removed), (vec!["10.96.0.40:5000".to_string()], vec![]));
+    assert_eq!(sync(&dir, &ours, &owner()).expect("synced"), Report::default(), "and ours leaves theirs");
+    assert_eq!(names(&dir), ["10.96.0.40:5000", CLUSTER_NAME]);
+    // Both planning one address: the first writer's file is foreign to the other, which says so.
+    let both = plan(&[theirs.hosts[0].clone(), ours.hosts[0].clone()]);
+    let report = sync(&dir, &both, &other).expect("synced");
+    assert_eq!((report.foreign, report.written), (vec![CLUSTER_NAME.to_string()], vec![]));
+    // Each removes only its own.
+    assert_eq!(sync(&dir, &NodePlan::default(), &other).expect("synced").removed, ["10.96.0.40:5000"]);
+    assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
+    assert!(names(&dir).is_empty());
 }
