@@ -915,6 +915,48 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
 }
 
 #[tokio::test]
+async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_through_its_mirror_entry() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "kindhost").await.expect("namespace");
+    // kind's shape: `host` is the laptop's port (localhost:5001), which nothing on the node listens at; a pod
+    // naming it (as Tilt does when the document gives no hostFromContainerRuntime) can only pull through a mirror.
+    apply_in(&client, &ns, registry_deployment()).await;
+    let address = "localhost:5001";
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
+            "annotations": {"local-registry-publisher.io/host": address}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &ns, service).await;
+    let values = isolated_release_values(&ns, &[]);
+    helm_install("kindhost", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_published(&client, &ns, "hosting", "the kind-shaped registry", |d| d.host.as_deref() == Some(address)).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    push(true, &own_image("kind-host"), &format!("{ip}:5000/kindhost/app:1"), None);
+    let image = format!("{address}/kindhost/app:1");
+
+    // Without the agent the node's containerd dials its own loopback, where nothing listens.
+    apply_in(&client, &ns, app_pod("without", &image)).await;
+    let refused = wait_until(SOON, || async {
+        waiting(&client, &ns, "without").await.filter(|w| w.contains(":5001: connect: connection refused"))
+    })
+    .await;
+    assert!(refused.is_some(), "pulling {image} without the agent: {:?}", waiting(&client, &ns, "without").await);
+    assert!(hosts_toml(address).is_none());
+
+    // With it, the node's mirror entry for localhost:5001 sends the pull to the registry's ClusterIP.
+    helm_upgrade("kindhost", &ns, &isolated_release_values(&ns, &agent_on()));
+    let (text, _) = wait_hosts_toml(address, "agent on", |t| t.is_some()).await;
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")));
+    apply_in(&client, &ns, app_pod("with", &image)).await;
+    wait_phase(&client, &ns, "with", &["Running"]).await;
+    ok(tool("helm", &["uninstall", "kindhost", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+#[tokio::test]
 async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_and_the_pull_fails_until_fixed() {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
