@@ -346,6 +346,17 @@ async fn main() {
                 median(&floor_apply),
                 median(&l.first_publish),
             );
+            println!("{name}: ConfigMap writes for a burst of {BURST} changes: {}", l.burst_writes);
+        }
+        // Idle, over the whole cluster, as the memory table's first row.
+        let contenders = [Contender::ours(plane, &ours_ns, &[]), Contender::baseline(plane, &go_ns, &[])];
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for (name, contender) in [("this project", &contenders[0]), ("Go baseline", &contenders[1])] {
+            let (kib, sockets) = contender.footprint();
+            println!("{name}: idle {kib} KiB resident, {sockets} sockets");
+        }
+        for contender in contenders {
+            contender.stop();
         }
         return;
     }
