@@ -914,6 +914,15 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
+/// A plain-HTTP registry in `ns` behind a ClusterIP Service labelled for the release of `ns`, annotated so.
+async fn clusterip_registry(client: &Client, ns: &str, annotations: serde_json::Value) {
+    apply_in(client, ns, registry_deployment()).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(client, ns, service).await;
+}
+
 #[tokio::test]
 async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_through_its_mirror_entry() {
     let plane = plane();
@@ -922,13 +931,8 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
     let ns = plane.namespace(&client, "kindhost").await.expect("namespace");
     // kind's shape: `host` is the laptop's port (localhost:5001), which nothing on the node listens at; a pod
     // naming it (as Tilt does when the document gives no hostFromContainerRuntime) can only pull through a mirror.
-    apply_in(&client, &ns, registry_deployment()).await;
     let address = "localhost:5001";
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
-            "annotations": {"local-registry-publisher.io/host": address}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(&client, &ns, service).await;
+    clusterip_registry(&client, &ns, json!({"local-registry-publisher.io/host": address})).await;
     let values = isolated_release_values(&ns, &[]);
     helm_install("kindhost", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     wait_published(&client, &ns, "hosting", "the kind-shaped registry", |d| d.host.as_deref() == Some(address)).await;
@@ -962,11 +966,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     let client = plane.client().await.expect("admin client");
     images();
     let ns = plane.namespace(&client, "configpath").await.expect("namespace");
-    apply_in(&client, &ns, registry_deployment()).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(&client, &ns, service).await;
+    clusterip_registry(&client, &ns, json!({})).await;
     // A directory containerd does not read, as a wrong nodeAgent.configPath (k3s's on a kind node) makes it.
     let elsewhere = node().hosts_dir().with_file_name(format!("{ns}.d"));
     let wrong = isolated_release_values(&ns, &agent_writing_into(&elsewhere));
