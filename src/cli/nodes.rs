@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -102,7 +103,8 @@ fn agent_verdict(pod: &Pod, plan: &NodePlan, events: &[Event]) -> Result<String,
         return Err(format!("its node agent pod {pod_name} is {phase}, not Running"));
     }
     let latest = latest_told(&pod_name, events);
-    let configured = latest.get(Reason::HostsConfigured.as_str());
+    let summary = latest.get(Reason::HostsConfigured.as_str());
+    let configured = summary.map(|(note, _)| *note);
     let missing: Vec<&str> = plan
         .hosts
         .iter()
@@ -113,17 +115,21 @@ fn agent_verdict(pod: &Pod, plan: &NodePlan, events: &[Event]) -> Result<String,
         return Ok(format!("configured by {pod_name}"));
     }
     let mut said = format!("not configured for {} (agent {pod_name})", missing.join(", "));
+    // Only what was told with or after the latest summary: an older trouble was resolved since (the agent tells a
+    // new summary whenever what it configured changes).
+    let since = summary.and_then(|(_, told)| *told);
     for reason in [Reason::ConfigPathMismatch, Reason::ForeignHostsFile, Reason::HostsFileFailed] {
-        if let Some(note) = latest.get(reason.as_str()) {
-            said.push_str(&format!("; {}: {note}", reason.as_str()));
+        match latest.get(reason.as_str()) {
+            Some((note, told)) if *told >= since => said.push_str(&format!("; {}: {note}", reason.as_str())),
+            _ => {}
         }
     }
     Err(said)
 }
 
-/// The newest note per reason that the agent pod itself recorded about itself (its `reportingInstance` is its own
-/// name: anyone who may create Events could write others).
-fn latest_told<'a>(pod_name: &str, events: &'a [Event]) -> BTreeMap<&'a str, &'a str> {
+/// The newest note per reason, with when it was told, that the agent pod itself recorded about itself (its
+/// `reportingInstance` is its own name: anyone who may create Events could write others).
+fn latest_told<'a>(pod_name: &str, events: &'a [Event]) -> BTreeMap<&'a str, (&'a str, Option<Timestamp>)> {
     let mut told: Vec<&Event> = events
         .iter()
         .filter(|e| e.reporting_controller.as_deref() == Some(keys::MANAGER))
@@ -131,12 +137,66 @@ fn latest_told<'a>(pod_name: &str, events: &'a [Event]) -> BTreeMap<&'a str, &'a
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod_name))
         .collect();
     told.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    told.into_iter().filter_map(|e| Some((e.reason.as_deref()?, e.note.as_deref()?))).collect()
+    told.into_iter()
+        .filter_map(|e| Some((e.reason.as_deref()?, (e.note.as_deref()?, e.event_time.as_ref().map(|t| t.0)))))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn told(pod: &str, reason: Reason, note: &str, second: i64) -> Event {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        Event {
+            reason: Some(reason.as_str().into()),
+            note: Some(note.into()),
+            event_time: Timestamp::from_second(second).ok().map(MicroTime),
+            reporting_controller: Some(keys::MANAGER.into()),
+            reporting_instance: Some(pod.into()),
+            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+                name: Some(pod.into()),
+                ..Default::default()
+            }),
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn doctor_shows_only_the_troubles_told_with_or_after_the_agents_latest_summary() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("agent-x".into());
+        pod.status =
+            Some(k8s_openapi::api::core::v1::PodStatus { phase: Some("Running".into()), ..Default::default() });
+        let entry =
+            crate::node::HostEntry { address: "a:5000".into(), endpoint: "http://10.0.0.1:5000".into(), ca: None };
+        let plan = NodePlan { hosts: vec![entry] };
+        let unread = "no published address is configured on this node: its containerd does not read this agent's files";
+        // A foreign file told before the containerd mismatch: resolved since, so not shown.
+        let events = [
+            told("agent-x", Reason::ForeignHostsFile, "a:5000: a hosts.toml this agent did not write", 1),
+            told("agent-x", Reason::HostsConfigured, unread, 2),
+            told("agent-x", Reason::ConfigPathMismatch, "containerd's config reads registry hosts from /srv", 2),
+        ];
+        let said = agent_verdict(&pod, &plan, &events).expect_err("not configured");
+        assert!(said.contains("ConfigPathMismatch: containerd's config reads"), "{said}");
+        assert!(!said.contains("ForeignHostsFile"), "{said}");
+        // Told after the summary: current, shown.
+        let events = [
+            told("agent-x", Reason::HostsConfigured, "no published address is configured on this node", 1),
+            told("agent-x", Reason::ForeignHostsFile, "a:5000: a hosts.toml this agent did not write", 3),
+        ];
+        let said = agent_verdict(&pod, &plan, &events).expect_err("not configured");
+        assert!(said.contains("ForeignHostsFile: a:5000"), "{said}");
+        // What another pod told about this one never counts.
+        let events = [told(
+            "someone",
+            Reason::HostsConfigured,
+            "this node's containerd pulls a:5000 via http://10.0.0.1:5000",
+            4,
+        )];
+        assert!(agent_verdict(&pod, &plan, &events).is_err());
+    }
 
     #[test]
     fn only_containerd_reads_the_agents_files_and_the_others_are_told_what_to_do() {
