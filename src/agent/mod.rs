@@ -102,6 +102,7 @@ pub async fn run(
     let mut listing: Option<NodePlan> = None;
     let mut plan: Option<NodePlan> = None;
     let mut last = Report::default();
+    let owner = Owner::new(&settings.namespace, &settings.configmap);
     let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
     metrics.runtime_checked(&runtime.check);
     loop {
@@ -135,7 +136,7 @@ pub async fn run(
             _ = resync.tick() => {}
         }
         if let Some(plan) = &plan {
-            if let Some(report) = sync(&settings, plan, &last) {
+            if let Some(report) = sync(&settings, &owner, plan, &last) {
                 metrics.synced(plan, &report);
                 last = report;
             }
@@ -151,7 +152,7 @@ pub async fn run(
     }
     told.finish().await;
     if daemonset_gone(&client, &settings).await {
-        let removed = sync(&settings, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
+        let removed = sync(&settings, &owner, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
         info!(removed, "the agent's DaemonSet is gone: its files are removed");
     }
     Ok(())
@@ -159,9 +160,8 @@ pub async fn run(
 
 /// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
 /// `None` when the directory could not be read.
-fn sync(settings: &AgentSettings, plan: &NodePlan, last: &Report) -> Option<Report> {
-    let owner = Owner::new(&settings.namespace, &settings.configmap);
-    let report = match files::sync(&settings.hosts_dir, plan, &owner) {
+fn sync(settings: &AgentSettings, owner: &Owner, plan: &NodePlan, last: &Report) -> Option<Report> {
+    let report = match files::sync(&settings.hosts_dir, plan, owner) {
         Ok(report) => report,
         Err(error) => {
             error!(%error, "reading the hosts directory failed");
@@ -194,7 +194,7 @@ fn check_runtime(config: Option<&ContainerdConfig>) -> RuntimeFinding {
         return RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
     };
     let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
-    let check = runtime::check(text.as_deref().map_err(Clone::clone), &config.hosts_on_node);
+    let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node);
     let said = runtime::describe(&check, &config.file.display().to_string(), &config.hosts_on_node);
     RuntimeFinding { check, said }
 }

@@ -249,15 +249,7 @@ pub fn notices(
     regarding: &ObjectReference,
 ) -> Vec<Notice> {
     let notice = |reason, message| Notice { regarding: regarding.clone(), reason, message };
-    if runtime.check.unread() {
-        let said = runtime.said.clone().unwrap_or_default();
-        let summary = if plan.hosts.is_empty() {
-            "no published address needs a hosts.toml on this node".to_string()
-        } else {
-            "no published address is configured on this node: its containerd does not read this agent's files".into()
-        };
-        return vec![notice(Reason::HostsConfigured, summary), notice(Reason::ConfigPathMismatch, said)];
-    }
+    let unread = runtime.check.unread();
     let troubled =
         |address: &str| report.foreign.iter().any(|a| a == address) || report.failed.iter().any(|(a, _)| a == address);
     let configured: Vec<String> = plan
@@ -266,19 +258,24 @@ pub fn notices(
         .filter(|entry| !troubled(&entry.address))
         .map(|entry| format!("{} via {}", entry.address, entry.endpoint))
         .collect();
-    let summary = if configured.is_empty() && plan.hosts.is_empty() {
+    let summary = if plan.hosts.is_empty() {
         "no published address needs a hosts.toml on this node".to_string()
+    } else if unread {
+        "no published address is configured on this node: its containerd does not read this agent's files".into()
     } else if configured.is_empty() {
         "no published address is configured on this node".to_string()
     } else {
         format!("this node's containerd pulls {}", configured.join(", "))
     };
-    let summary = match &runtime.said {
-        Some(said) => format!("{summary} ({said})"),
-        None => summary,
+    // One Event per reason: Events are kept per object and reason. A mismatch is its own Warning; any other word
+    // on containerd's config (a caveat, or why it could not be read) goes with the summary.
+    let mut said = match (&runtime.said, unread) {
+        (Some(why), true) => {
+            vec![notice(Reason::HostsConfigured, summary), notice(Reason::ConfigPathMismatch, why.clone())]
+        }
+        (Some(why), false) => vec![notice(Reason::HostsConfigured, format!("{summary} ({why})"))],
+        (None, _) => vec![notice(Reason::HostsConfigured, summary)],
     };
-    // One Event per reason: Events are kept per object and reason.
-    let mut said = vec![notice(Reason::HostsConfigured, summary)];
     if !report.foreign.is_empty() {
         let addresses = report.foreign.join(", ");
         let message = format!(

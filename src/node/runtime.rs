@@ -47,8 +47,11 @@ impl RuntimeCheck {
 
 /// Checks `config` (the text of containerd's config file, or why it could not be read) against `hosts_on_node`,
 /// the directory the agent writes into as the node sees it.
-pub fn check(config: Result<&str, String>, hosts_on_node: &str) -> RuntimeCheck {
-    let table = match config.and_then(|text| text.parse::<toml::Table>().map_err(|e| format!("not TOML: {e}"))) {
+pub fn check(config: Result<&str, &str>, hosts_on_node: &str) -> RuntimeCheck {
+    let parsed = config
+        .map_err(str::to_string)
+        .and_then(|text| text.parse::<toml::Table>().map_err(|e| format!("not TOML: {e}")));
+    let table = match parsed {
         Ok(table) => table,
         Err(why) => return RuntimeCheck::Unknown(why),
     };
@@ -154,7 +157,7 @@ mod tests {
 
     #[test]
     fn what_cannot_be_read_is_unknown_never_a_verdict() {
-        assert!(matches!(check(Err("No such file".into()), OURS), RuntimeCheck::Unknown(why) if why == "No such file"));
+        assert!(matches!(check(Err("No such file"), OURS), RuntimeCheck::Unknown(why) if why == "No such file"));
         assert!(matches!(check(Ok("[plugins"), OURS), RuntimeCheck::Unknown(why) if why.starts_with("not TOML")));
         let imports = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n";
         assert!(matches!(check(Ok(imports), OURS), RuntimeCheck::Unknown(why) if why.contains("imports")));

@@ -82,9 +82,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- /*
 The distribution's defaults (values.yaml `distribution`; README "Per cluster"), filled into the values a user left
-empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, nodeAgent.containerdConfig, registry.helpUrl. For kind and k3d the
-registry is a container beside the cluster: the chart describes it with an ExternalName Service in the release
-namespace (templates/registry-container.yaml), which this release then allows to name the registry. Every template
+empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, nodeAgent.containerdConfig,
+registry.helpUrl. For kind and k3d the registry is a container beside the cluster: the chart describes it with an
+ExternalName Service in the release namespace (templates/registry-container.yaml), which this release then allows
+to name the registry. Every template
 that reads those values includes this first; filling in is idempotent, so the order templates render in does not
 matter.
 */ -}}
