@@ -36,6 +36,12 @@ pub trait Tell: Send + Sync + 'static {
     fn occurrence(&self) -> bool {
         false
     }
+    /// The whole state of its object in one notice, told first in a pass: when it is told anew, every other notice
+    /// about that object is told again after it, so a reader that trusts only what came with or after the latest
+    /// summary (`doctor`) still sees a trouble that began before it and lasts.
+    fn summary(&self) -> bool {
+        false
+    }
 }
 
 /// Every concern's notice has the same shape: the object, a reason enum, the message.
@@ -44,6 +50,9 @@ macro_rules! tell_by_reason {
         tell_by_reason!($notice, $warning, |_: &$notice| false);
     };
     ($notice:ty, $warning:expr, $occurrence:expr) => {
+        tell_by_reason!($notice, $warning, $occurrence, |_: &$notice| false);
+    };
+    ($notice:ty, $warning:expr, $occurrence:expr, $summary:expr) => {
         impl Tell for $notice {
             fn regarding(&self) -> &ObjectReference {
                 &self.regarding
@@ -60,6 +69,9 @@ macro_rules! tell_by_reason {
             fn occurrence(&self) -> bool {
                 $occurrence(self)
             }
+            fn summary(&self) -> bool {
+                $summary(self)
+            }
         }
     };
 }
@@ -72,7 +84,13 @@ tell_by_reason!(
 );
 // Every pull notice is a problem in some namespace.
 tell_by_reason!(crate::pull::Notice, |_: &crate::pull::Notice| true);
-tell_by_reason!(crate::node::Notice, |n: &crate::node::Notice| n.reason.warning());
+// An agent's HostsConfigured is the summary of its node.
+tell_by_reason!(
+    crate::node::Notice,
+    |n: &crate::node::Notice| n.reason.warning(),
+    |_: &crate::node::Notice| false,
+    |n: &crate::node::Notice| n.reason == crate::node::Reason::HostsConfigured
+);
 
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;
@@ -197,21 +215,17 @@ impl Poster {
         }
     }
 
-    /// Posts each notice that is new or whose message changed, and forgets the ones that went away.
+    /// Posts what is [`due`], and forgets the notices that went away.
     async fn tell<N: Tell>(&mut self, notices: Arc<Vec<N>>) {
-        let mut current = BTreeSet::new();
+        let keyed: Vec<Keyed> = notices.iter().map(Keyed::of).collect();
+        let due = due(&self.said, &notices, &keyed);
+        let current: BTreeSet<Key> = keyed.iter().map(|k| k.key).collect();
         let mut posts = Vec::new();
-        for (index, notice) in notices.iter().enumerate() {
-            let reference = notice.regarding();
-            let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
-            let name = reference.name.clone().unwrap_or_default();
-            let object = format!("{namespace}/{name}");
-            let key = digest((&object, reference.uid.as_deref(), notice.reason()));
-            current.insert(key);
-            let digest = digest(notice.message());
-            if self.said.get(&key) == Some(&digest) {
+        for (index, Keyed { key, digest, object, namespace, name }) in keyed.into_iter().enumerate() {
+            if !due[index] {
                 continue;
             }
+            let notice = &notices[index];
             if notice.warning() {
                 warn!(object = %object, reason = notice.reason(), "{}", notice.message());
             } else {
@@ -225,6 +239,40 @@ impl Poster {
             futures::stream::iter(posts).buffer_unordered(CONCURRENT_POSTS).collect().await;
         self.said.extend(posted.into_iter().flatten());
     }
+}
+
+/// A notice's object and its keys in [`Poster::said`].
+struct Keyed {
+    key: Key,
+    digest: u64,
+    object: String,
+    namespace: String,
+    name: String,
+}
+
+impl Keyed {
+    fn of(notice: &impl Tell) -> Self {
+        let reference = notice.regarding();
+        let namespace = reference.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = reference.name.clone().unwrap_or_default();
+        let object = format!("{namespace}/{name}");
+        let key = digest((&object, reference.uid.as_deref(), notice.reason()));
+        Self { key, digest: digest(notice.message()), object, namespace, name }
+    }
+}
+
+/// Which notices to post, by index: each one new or whose message changed since it was told, and every notice
+/// about an object whose summary is posted (see [`Tell::summary`]).
+fn due(said: &HashMap<Key, u64>, notices: &[impl Tell], keyed: &[Keyed]) -> Vec<bool> {
+    let changed: Vec<bool> = keyed.iter().map(|k| said.get(&k.key) != Some(&k.digest)).collect();
+    let summarised: BTreeSet<&str> = keyed
+        .iter()
+        .zip(notices)
+        .zip(&changed)
+        .filter(|((_, notice), changed)| **changed && notice.summary())
+        .map(|((k, _), _)| k.object.as_str())
+        .collect();
+    keyed.iter().zip(changed).map(|(k, changed)| changed || summarised.contains(k.object.as_str())).collect()
 }
 
 /// Creates the Event; returns what is now said, or `None` to try again with the next notices.
@@ -272,6 +320,35 @@ mod tests {
     fn notice(name: &str, reason: Reason, message: &str) -> Notice {
         let regarding = ObjectReference { name: Some(name.into()), ..ObjectReference::default() };
         Notice::new(&regarding, reason, message.to_string())
+    }
+
+    #[test]
+    fn a_summary_told_anew_tells_every_current_notice_about_its_object_again() {
+        use crate::node::{Notice, Reason};
+        let regarding = |name: &str| ObjectReference { name: Some(name.into()), ..ObjectReference::default() };
+        let notice =
+            |name: &str, reason, message: &str| Notice { regarding: regarding(name), reason, message: message.into() };
+        let mismatch = notice("agent-a", Reason::ConfigPathMismatch, "containerd reads /etc/other");
+        let other_node = notice("agent-b", Reason::ForeignHostsFile, "a:1: a hosts.toml this agent did not write");
+        let first = [
+            notice("agent-a", Reason::HostsConfigured, "no published address needs a hosts.toml"),
+            mismatch.clone(),
+            other_node.clone(),
+        ];
+        let mut said = HashMap::new();
+        let keyed: Vec<Keyed> = first.iter().map(Keyed::of).collect();
+        assert_eq!(due(&said, &first, &keyed), [true, true, true], "all new");
+        said.extend(keyed.iter().map(|k| (k.key, k.digest)));
+        assert_eq!(due(&said, &first, &keyed), [false, false, false], "nothing changed");
+        // The plan got an address: a new summary, the same mismatch, which must be told with it again.
+        let second =
+            [notice("agent-a", Reason::HostsConfigured, "no published address is configured"), mismatch, other_node];
+        let keyed: Vec<Keyed> = second.iter().map(Keyed::of).collect();
+        assert_eq!(
+            due(&said, &second, &keyed),
+            [true, true, false],
+            "the summary and its object's trouble, not another's"
+        );
     }
 
     #[test]
