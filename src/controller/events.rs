@@ -36,7 +36,7 @@ pub trait Tell: Send + Sync + 'static {
     fn occurrence(&self) -> bool {
         false
     }
-    /// The whole state of its object in one notice, told first in a pass: when it is told anew, every other notice
+    /// The whole state of its object in one notice, posted first: when it is told anew, every other notice
     /// about that object is told again after it, so a reader that trusts only what came with or after the latest
     /// summary (`doctor`) still sees a trouble that began before it and lasts.
     fn summary(&self) -> bool {
@@ -234,6 +234,9 @@ impl Poster {
             posts.push(Post { key, digest, object, namespace, name, notices: notices.clone(), index });
         }
         self.said.retain(|key, _| current.contains(key));
+        // A summary first: each Event is stamped when its post starts, and posts start in this order, so what is told
+        // with a summary is never older than it.
+        posts.sort_by_key(|p| !p.notices[p.index].summary());
         let posts = posts.into_iter().map(|p| post(self.client.clone(), self.action, &self.instance, p));
         let posted: Vec<Option<(Key, u64)>> =
             futures::stream::iter(posts).buffer_unordered(CONCURRENT_POSTS).collect().await;
