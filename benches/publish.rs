@@ -235,7 +235,7 @@ impl Lane {
 
 /// Server-side applies the registry Service with `port` as its nodePort; false when the API server refuses the port
 /// as already allocated, which it did now and then to a port no lane had used yet (twice in six latency runs on
-/// 1.36, in the last lane's burst, near the API server's three-minute port repair), so callers move to the next.
+/// 1.36, in the last lane's burst; cause not found), so callers move to the next.
 async fn apply_port(services: &Api<Service>, port: i32) -> bool {
     let params = PatchParams::apply("bench").force();
     let service = registry("registry", Some(port), false);
