@@ -165,6 +165,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         configmap: agent.node_plan_configmap.clone(),
         hosts_dir: agent.hosts_dir.clone(),
         daemonset: agent.daemonset.clone(),
+        node_name: agent.node_name.clone(),
         resync: agent.resync,
         containerd_config: agent
             .containerd_config

@@ -306,14 +306,30 @@ pub struct NodePlanArgs {
     /// runs (see docs/node-pulls.md). Off by default.
     #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
     pub node_plan_configmap: Option<String>,
+
+    /// Published addresses the nodes may be redirected for besides each registry's own (its ClusterIP, cluster DNS
+    /// names, nodePort or hostPort, load balancer), comma-separated: host:port (that address), host (any port), or
+    /// either with "*." before a DNS name (every name under it). A hosts.toml redirects every pull of its address on
+    /// the node, from every namespace, so an address a registry's annotations name (registry.k8s.io, docker.io, a
+    /// laptop's localhost:5001) gets a node file only when listed here; otherwise it stays published and the
+    /// refusal is told on the registry's Service. Chart value nodeAgent.allowedAddresses.
+    #[arg(
+        long,
+        env = "LRP_NODE_ALLOWED_ADDRESSES",
+        value_name = "PATTERNS",
+        value_delimiter = ',',
+        requires = "node_plan_configmap"
+    )]
+    pub node_allowed_addresses: Vec<crate::node::AddressPattern>,
 }
 
 impl NodePlanArgs {
     pub fn apply(&self, settings: &mut Settings) {
-        settings.node_plan = self
-            .node_plan_configmap
-            .clone()
-            .map(|name| crate::settings::NodePlanTarget { namespace: crate::pod::namespace(), name });
+        settings.node_plan = self.node_plan_configmap.clone().map(|name| crate::settings::NodePlanTarget {
+            namespace: crate::pod::namespace(),
+            name,
+            allowed_addresses: self.node_allowed_addresses.clone(),
+        });
     }
 }
 
@@ -348,6 +364,11 @@ pub struct NodeAgentArgs {
     /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name.
     #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH", requires = "containerd_config")]
     pub node_config_path: Option<String>,
+
+    /// The node this agent runs on (the chart passes spec.nodeName): its state is kept in the NodePullState of that
+    /// name in POD_NAMESPACE, which doctor reads. Without it no state is written.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub node_name: Option<String>,
 
     /// Address serving /healthz (liveness), /readyz (ready once the plan was read) and /metrics (Prometheus: what
     /// this node's hosts directory holds of the plan).

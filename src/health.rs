@@ -51,6 +51,8 @@ struct TaskHealth {
     watches_alive: AtomicBool,
     /// Milliseconds from `started` to the last beat.
     heartbeat: AtomicU64,
+    /// When the next pass is due at the latest, in milliseconds from `started`; 0 when the task promises none.
+    pass_due: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -96,6 +98,12 @@ impl Health {
         let state = self.task(task);
         state.heartbeat.store(self.millis_since_start(), Ordering::Release);
         state.watches_alive.store(watches_alive, Ordering::Release);
+    }
+
+    /// A pass of `task` ended; the next is due `within`, and the task is unready once it is late.
+    pub fn passed(&self, task: Task, within: Duration) {
+        let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        self.task(task).pass_due.store(self.millis_since_start().saturating_add(within).max(1), Ordering::Release);
     }
 
     pub fn set_synced(&self, task: Task, synced: bool) {
@@ -157,6 +165,11 @@ impl Health {
         if let Some((task, _)) = self.running().find(|(_, s)| !s.synced.load(Ordering::Acquire)) {
             return Err(format!("the {}'s watch caches are not synced yet", task.name()));
         }
+        let now = self.millis_since_start();
+        let late = |state: &TaskHealth| matches!(state.pass_due.load(Ordering::Acquire), due if due != 0 && due < now);
+        if let Some((task, _)) = self.running().find(|(_, s)| late(s)) {
+            return Err(format!("the {} has not passed over its work in time", task.name()));
+        }
         if self.failed_writes() >= FAILED_WRITES_NOT_READY {
             return Err("the API server refuses every write of the ConfigMap (see the PublishFailed Events)".into());
         }
@@ -200,5 +213,23 @@ mod tests {
         health.beat(Task::PullSecrets, true);
         health.set_lease_overdue(true);
         assert!(health.live().is_err_and(|why| why.contains("Lease")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_promised_a_pass_is_unready_once_it_is_late_and_ready_after_the_next() {
+        let health = Health::default();
+        health.set_api_reachable(true);
+        health.start(Task::NodeAgent);
+        health.set_synced(Task::NodeAgent, true);
+        health.passed(Task::NodeAgent, Duration::from_secs(30));
+        tokio::time::advance(Duration::from_secs(29)).await;
+        health.beat(Task::NodeAgent, true);
+        assert_eq!(health.ready(), Ok(()));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        health.beat(Task::NodeAgent, true);
+        assert!(health.ready().is_err_and(|why| why.contains("node-agent has not passed")), "{:?}", health.ready());
+        assert_eq!(health.live(), Ok(()), "a late pass is no reason to restart the agent");
+        health.passed(Task::NodeAgent, Duration::from_secs(30));
+        assert_eq!(health.ready(), Ok(()));
     }
 }

@@ -72,6 +72,7 @@ pub struct Metrics {
     pull_refusals: Family<OperationLabels, Counter>,
     conflicts: Counter,
     lease_capped: Counter,
+    node_refused: Gauge,
 }
 
 impl Default for Metrics {
@@ -95,6 +96,7 @@ impl Default for Metrics {
             pull_refusals: Family::default(),
             conflicts: Counter::default(),
             lease_capped: Counter::default(),
+            node_refused: Gauge::default(),
         }
     }
 }
@@ -176,6 +178,12 @@ impl Metrics {
             "Times a Lease claimed a longer duration than this replica's own and was honoured for this replica's only",
             self.lease_capped.clone(),
         );
+        registry.register(
+            "local_registry_publisher_node_addresses_refused",
+            "Addresses the published registry names that get no node file: neither its Service's own nor allowed by \
+             the cluster admin (--node-allowed-addresses)",
+            self.node_refused.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -233,6 +241,10 @@ impl Metrics {
     pub fn pull_wrote(&self, operation: &'static str, done: bool) {
         let family = if done { &self.pull_writes } else { &self.pull_refusals };
         family.get_or_create(&OperationLabels { operation }).inc();
+    }
+
+    pub fn node_addresses_refused(&self, count: usize) {
+        self.node_refused.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     pub fn conflict(&self) {

@@ -40,6 +40,9 @@ pub struct Settings {
 pub struct NodePlanTarget {
     pub namespace: String,
     pub name: String,
+    /// Addresses besides a registry's own that a cluster admin lets nodes be redirected for (see
+    /// [`crate::node::trust`]).
+    pub allowed_addresses: Vec<crate::node::AddressPattern>,
 }
 
 impl std::fmt::Display for NodePlanTarget {

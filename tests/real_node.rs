@@ -732,27 +732,29 @@ async fn wait_hosts_toml(
     }
 }
 
-/// `doctor` on the release in `ns` (its own ConfigMap), run until its report satisfies `check`.
-async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
+/// `doctor`'s report on the release in `ns` (its own ConfigMap).
+fn doctor_report(ns: &str) -> String {
     let kubeconfig = format!("--kubeconfig={}", plane().kubeconfig().display());
-    let run = || {
-        let output = Command::new(support::binary::BINARY)
-            .args(["doctor", &kubeconfig, &format!("--configmap-namespace={ns}"), "--configmap-name=hosting"])
-            .output()
-            .expect("run doctor");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
-    let found = wait_until(SOON, || async { Some(run()).filter(|report| check(report)) }).await;
-    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", run()))
+    let output = Command::new(support::binary::BINARY)
+        .args(["doctor", &kubeconfig, &format!("--configmap-namespace={ns}"), "--configmap-name=hosting"])
+        .output()
+        .expect("run doctor");
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The real node's agent's /metrics in `ns`, fetched on the node (where pod IPs are routed), once it satisfies
-/// `check`.
-async fn wait_agent_metrics(client: &Client, ns: &str, check: impl Fn(&str) -> bool) -> String {
+/// `doctor` on the release in `ns`, run until its report satisfies `check`.
+async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
+    let found = wait_until(SOON, || async { Some(doctor_report(ns)).filter(|report| check(report)) }).await;
+    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", doctor_report(ns)))
+}
+
+/// The /metrics of the release's pod of `component` on the real node in `ns`, fetched on the node (where pod IPs
+/// are routed), once it satisfies `check`.
+async fn wait_pod_metrics(client: &Client, ns: &str, component: &str, check: impl Fn(&str) -> bool) -> String {
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let scrape = || async {
-        let selector = "app.kubernetes.io/component=node-agent";
-        let listed = pods.list(&ListParams::default().labels(selector)).await.ok()?;
+        let selector = format!("app.kubernetes.io/component={component}");
+        let listed = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
         // The DaemonSet runs on the simulated node too, whose pods have addresses nothing answers at.
         let on_node = |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name());
         let ip = listed.items.iter().find(on_node)?.status.as_ref()?.pod_ip.clone()?;
@@ -763,8 +765,13 @@ async fn wait_agent_metrics(client: &Client, ns: &str, check: impl Fn(&str) -> b
     let found = wait_until(SOON, || async { scrape().await.filter(|text| check(text)) }).await;
     match found {
         Some(text) => text,
-        None => panic!("the agent's metrics never said what was expected:\n{:?}", scrape().await),
+        None => panic!("the {component}'s metrics never said what was expected:\n{:?}", scrape().await),
     }
+}
+
+/// The real node's agent's /metrics in `ns`, once they satisfy `check`.
+async fn wait_agent_metrics(client: &Client, ns: &str, check: impl Fn(&str) -> bool) -> String {
+    wait_pod_metrics(client, ns, "node-agent", check).await
 }
 
 #[tokio::test]
@@ -877,7 +884,7 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     // gone the agent writes its own again.
     let theirs = format!("[host.\"http://{moved}:5000\"]\n  capabilities = [\"pull\"]\n");
     std::fs::write(hosts_dir.join(&address).join("hosts.toml"), &theirs).unwrap();
-    let report = wait_doctor(&ns, |report| report.contains("ForeignHostsFile: ")).await;
+    let report = wait_doctor(&ns, |report| report.contains(&format!("{address} (foreign: "))).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let left_alone = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(left_alone)).await;
@@ -912,6 +919,20 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
     assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
     std::fs::remove_dir_all(&foreign_dir).unwrap();
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// The note of the newest Event with `reason` about the object named `regarding` in `ns`, once there is one.
+async fn wait_event_note(client: &Client, ns: &str, regarding: &str, reason: &str) -> String {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns);
+    let named = |e: &k8s_openapi::api::events::v1::Event| e.regarding.as_ref().and_then(|r| r.name.clone());
+    wait_until(SOON, || async {
+        let listed = events.list(&Default::default()).await.ok()?;
+        let told = listed.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason));
+        let told = told.filter(|e| named(e).as_deref() == Some(regarding));
+        told.max_by_key(|e| e.event_time.as_ref().map(|t| t.0)).and_then(|e| e.note)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no {reason} Event on {regarding} in {ns}"))
 }
 
 /// A plain-HTTP registry in `ns` behind a ClusterIP Service labelled for the release of `ns`, annotated so.
@@ -949,8 +970,11 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
     assert!(refused.is_some(), "pulling {image} without the agent: {:?}", waiting(&client, &ns, "without").await);
     assert!(hosts_toml(address).is_none());
 
-    // With it, the node's mirror entry for localhost:5001 sends the pull to the registry's ClusterIP.
-    helm_upgrade("kindhost", &ns, &isolated_release_values(&ns, &agent_on()));
+    // With it, and the address allowed by the admin (the chart's kind distribution allows its own), the node's
+    // mirror entry for localhost:5001 sends the pull to the registry's ClusterIP.
+    let mut allowed = agent_on();
+    allowed.push(format!("nodeAgent.allowedAddresses={{{address}}}"));
+    helm_upgrade("kindhost", &ns, &isolated_release_values(&ns, &allowed));
     let (text, _) = wait_hosts_toml(address, "agent on", |t| t.is_some()).await;
     assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")));
     apply_in(&client, &ns, app_pod("with", &image)).await;
@@ -1102,18 +1126,7 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
     // A CA bundle the chart does not let the controller read: told on the registry's Service, and the node's files
     // for it go (no node would trust the registry).
     apply_in(&client, &ns, service("configmap/elsewhere-ca")).await;
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
-    let told = wait_until(SOON, || async {
-        let listed = events.list(&Default::default()).await.ok()?;
-        let regarding = |e: &k8s_openapi::api::events::v1::Event| e.regarding.as_ref().and_then(|r| r.name.clone());
-        let told = listed
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("CaBundleUnusable") && regarding(e).as_deref() == Some("registry"));
-        told.and_then(|e| e.note)
-    })
-    .await
-    .expect("no CaBundleUnusable Event on the registry's Service");
+    let told = wait_event_note(&client, &ns, "registry", "CaBundleUnusable").await;
     assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
     wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
     let report = wait_doctor(&ns, |report| report.contains("its CA bundle cannot be used")).await;
@@ -1280,5 +1293,217 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     let left = wait_until(SOON, || async { release_objects("published").trim().is_empty().then_some(()) }).await;
     assert!(left.is_some(), "objects remain after uninstall: {}", release_objects("published"));
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew the ConfigMap");
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// The release `name` in `release_ns` with the node agent on, publishing its own ConfigMap for the registries
+/// labelled for `release_ns` in `release_ns` and in `tenant_ns`, which it allows; `extra` adds values.
+fn tenant_release_values(release_ns: &str, tenant_ns: &str, extra: &[String]) -> Vec<String> {
+    let mut values = own_configmap_values(release_ns);
+    values.extend([
+        format!("registry.watchNamespaces={{{release_ns},{tenant_ns}}}"),
+        format!("registry.allowedNamespaces={{{tenant_ns}}}"),
+        format!("registry.selector={ISOLATED_LABEL}={release_ns}"),
+        "registry.builtin=false".into(),
+    ]);
+    values.extend(agent_on());
+    values.extend(extra.iter().cloned());
+    values
+}
+
+#[tokio::test]
+async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_public_registry_unless_the_admin_allows_it()
+{
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "trust").await.expect("namespace");
+    let tenant_ns = plane.namespace(&client, "trust-tenant").await.expect("namespace");
+    let tenant = support::edit_only_client(&client, plane.kubeconfig(), &tenant_ns).await;
+
+    // What a user holding only `edit` in an allowed namespace can write: a registry whose Service names
+    // registry.k8s.io and docker.io as where pods and tools find it.
+    apply_in(&tenant, &tenant_ns, registry_deployment()).await;
+    let hijack = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": {
+            "local-registry-publisher.io/host": "docker.io",
+            "local-registry-publisher.io/host-from-container-runtime": "registry.k8s.io"}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&tenant, &tenant_ns, hijack).await;
+    helm_install(
+        "trust",
+        &ns,
+        &tenant_release_values(&ns, &tenant_ns, &[]).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    // Naming the cluster's registry is what the namespace was allowed: all of it is published.
+    wait_published(&client, &ns, "hosting", "the tenant's registry", |d| {
+        d.host.as_deref() == Some("docker.io") && d.host_from_container_runtime.as_deref() == Some("registry.k8s.io")
+    })
+    .await;
+    let ip = cluster_ip(&client, &tenant_ns, "registry").await;
+    let own = format!("{ip}:5000");
+
+    // Its own ClusterIP gets the node's file; the public names get none, and the refusal is told on its Service,
+    // in the controller's metrics and by doctor.
+    wait_hosts_toml(&own, "the registry's own address", |t| t.is_some()).await;
+    let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
+    assert!(told.contains("docker.io does not name this Service alone"), "{told}");
+    assert!(told.contains("registry.k8s.io does not name this Service alone"), "{told}");
+    assert!(told.contains("nodeAgent.allowedAddresses"), "{told}");
+    for public in ["docker.io", "registry.k8s.io"] {
+        assert!(!node().hosts_dir().join(public).exists(), "a node file for {public} was written");
+    }
+    let refused = "local_registry_publisher_node_addresses_refused 2\n";
+    wait_pod_metrics(&client, &ns, "controller", |text| text.contains(refused)).await;
+    let report =
+        wait_doctor(&ns, |r| r.contains("registry.k8s.io is published but no node is configured to pull it")).await;
+    assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
+    // A refusal is the admin's rule at work: the node section is not what is wrong.
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert!(!summary.contains("Node pulls"), "{report}");
+
+    // Listed by the cluster admin, both are redirected to the tenant's registry on every node.
+    let allowed = ["nodeAgent.allowedAddresses={registry.k8s.io,docker.io}".to_string()];
+    helm_upgrade("trust", &ns, &tenant_release_values(&ns, &tenant_ns, &allowed));
+    for public in ["docker.io", "registry.k8s.io"] {
+        let (text, _) = wait_hosts_toml(public, "allowed by the admin", |t| t.is_some()).await;
+        assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{own}\"]")));
+    }
+    wait_pod_metrics(&client, &ns, "controller", |text| text.contains("node_addresses_refused 0\n")).await;
+    ok(tool("helm", &["uninstall", "trust", "-n", &ns, "--wait", "--timeout", "180s"]));
+    for address in ["docker.io", "registry.k8s.io", own.as_str()] {
+        wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
+    }
+    for ns in [&ns, &tenant_ns] {
+        plane.delete_namespace(&client, ns).await.expect("delete namespace");
+    }
+}
+
+#[tokio::test]
+async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annotation() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "keepplan").await.expect("namespace");
+    clusterip_registry(&client, &ns, json!({})).await;
+    helm_install(
+        "keepplan",
+        &ns,
+        &isolated_release_values(&ns, &agent_on()).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let address = format!("{ip}:5000");
+    let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(address.as_str())
+    })
+    .await;
+    push(true, &own_image("keep-plan"), &format!("{address}/keepplan/app:1"), None);
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+
+    // An invalid annotation: the ConfigMap keeps its last good document, and the node keeps the file that makes it
+    // pullable, so a pod naming the still-published address starts.
+    clusterip_registry(&client, &ns, json!({"local-registry-publisher.io/host": "http://Reg.example:5000/"})).await;
+    let told = wait_event_note(&client, &ns, "registry", "InvalidAnnotation").await;
+    assert!(told.contains("local-registry-publisher.io/host"), "{told}");
+    // Several of the agent's passes (every 2 s) and the node plan task's, then the pull.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(published(&client, &ns, "hosting").await.as_ref(), Some(&document), "the last good document stays");
+    assert!(hosts_toml(&address).is_some(), "the node's file went with an invalid annotation");
+    apply_in(&client, &ns, app_pod("through", &format!("{address}/keepplan/app:1"))).await;
+    wait_phase(&client, &ns, "through", &["Running"]).await;
+    let report = wait_doctor(&ns, |r| r.contains("the node plan written for it stays in force")).await;
+    assert!(report.contains(&format!("{address} needs a hosts.toml")), "{report}");
+    assert!(report.contains(&format!("node {}: configured by", node().name())), "{report}");
+
+    // Fixed, the registry is followed again; uninstalled, nothing of ours is left.
+    clusterip_registry(&client, &ns, json!({})).await;
+    ok(tool("helm", &["uninstall", "keepplan", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// This node's state in `ns`, as doctor reads it.
+async fn node_state(client: &Client, ns: &str) -> Option<local_registry_publisher::node::state::NodePullState> {
+    let states = Api::<local_registry_publisher::node::state::NodePullState>::namespaced(client.clone(), ns);
+    states.get_opt(node().name()).await.expect("read the NodePullState")
+}
+
+#[tokio::test]
+async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_tells_a_stalled_agent() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "nodestate").await.expect("namespace");
+    clusterip_registry(&client, &ns, json!({})).await;
+    helm_install(
+        "nodestate",
+        &ns,
+        &isolated_release_values(&ns, &agent_on()).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let address = format!("{ip}:5000");
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    let configured = format!("node {}: configured by nodestate-local-registry-publisher-node-agent-", node().name());
+    let report = wait_doctor(&ns, |r| r.contains(&configured)).await;
+    // The simulated node runs no containerd: told, and not what is wrong.
+    assert!(report.contains("its runtime is \"kwok-") && report.contains("does not read containerd's hosts.toml"));
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert!(!summary.contains("Node pulls"), "{report}");
+
+    // The state is structured: the address, its endpoint and verdict, the agent and the plan it applied.
+    let state = wait_until(SOON, || async { node_state(&client, &ns).await }).await.expect("a NodePullState").status;
+    let addresses: Vec<(&str, &str, &str)> =
+        state.addresses.iter().map(|a| (a.address.as_str(), a.endpoint.as_str(), a.verdict.as_str())).collect();
+    assert_eq!(addresses, [(address.as_str(), format!("http://{address}").as_str(), "configured")]);
+    assert_eq!((state.node.as_str(), state.runtime.config_path_check.as_str()), (node().name(), "reads"));
+    assert_eq!(state.plan.config_map, "nodestate-local-registry-publisher-node-plan");
+    assert!(!state.plan.resource_version.is_empty() && !state.changed.is_empty(), "{state:?}");
+
+    // Every Event of the namespace deleted, as --event-ttl does after an hour: doctor is still right.
+    ok(tool("kubectl", &["delete", "events", "--all", "-n", &ns]));
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    assert!(events.list(&Default::default()).await.expect("list Events").items.is_empty());
+    let report = doctor_report(&ns);
+    assert!(report.contains(&configured), "{report}");
+
+    // Nobody but the agents writes it: not a user holding `edit` in the release's own namespace.
+    let editor = support::edit_only_client(&client, plane.kubeconfig(), &ns).await;
+    let states = Api::<local_registry_publisher::node::state::NodePullState>::namespaced(editor, &ns);
+    let forged = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
+        "metadata": {"name": node().name()}, "status": {"addresses": []}});
+    let params = kube::api::PatchParams::apply("forger").force();
+    support::forbidden(
+        states.patch(node().name(), &params, &kube::api::Patch::Apply(&forged)).await,
+        "patching a node's state",
+    );
+    support::forbidden(states.delete(node().name(), &Default::default()).await, "deleting a node's state");
+
+    // An agent that stops (its process frozen) turns unready, and doctor calls what it last wrote stale.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let listed =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/component=node-agent")).await.expect("list");
+    let agent = listed
+        .items
+        .iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name()))
+        .expect("the real node's agent");
+    let container = agent.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first()).cloned();
+    let container_id = container.and_then(|c| c.container_id).expect("a running container");
+    let pid = container_process(container_id.rsplit('/').next().unwrap_or_default()).to_string();
+    ok(Command::new("kill").args(["-STOP", &pid]).output().expect("kill -STOP"));
+    let stale = wait_until(SOON, || async {
+        Some(doctor_report(&ns)).filter(|r| r.contains("is not ready, so what it last wrote may be stale"))
+    })
+    .await;
+    let _ = Command::new("kill").args(["-CONT", &pid]).output();
+    assert!(stale.is_some(), "doctor never called the stalled agent's state stale:\n{}", doctor_report(&ns));
+    // Running again (resumed, or restarted by its liveness probe): configured.
+    wait_doctor(&ns, |r| r.contains(&configured)).await;
+
+    ok(tool("helm", &["uninstall", "nodestate", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    // The state goes with the agents' DaemonSet, which owns it.
+    let gone = wait_until(SOON, || async { node_state(&client, &ns).await.is_none().then_some(()) }).await;
+    assert!(gone.is_some(), "the NodePullState outlived the release");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

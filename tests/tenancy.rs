@@ -4,9 +4,7 @@
 mod support;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use local_registry_publisher::keys::namespace::{ALLOWED, ALLOWED_VALUE};
 use serde_json::json;
 use support::*;
@@ -14,20 +12,7 @@ use testbed::ControlPlane;
 
 /// A client that acts as `system:serviceaccount:<ns>:tenant`, which holds `edit` in `ns` and nothing else.
 async fn tenant(s: &Scenario, ns: &str) -> kube::Client {
-    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(s.client.clone(), ns);
-    let account = serde_json::from_value(json!({"metadata": {"name": "tenant"}})).expect("a ServiceAccount");
-    accounts.create(&PostParams::default(), &account).await.expect("create the tenant's ServiceAccount");
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
-    }))
-    .expect("a RoleBinding");
-    Api::<RoleBinding>::namespaced(s.client.clone(), ns).create(&PostParams::default(), &binding).await.expect("bind");
-    let kubeconfig = Kubeconfig::read_from(ControlPlane::shared().kubeconfig()).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
-    kube::Client::try_from(config).expect("the tenant's client")
+    edit_only_client(&s.client, ControlPlane::shared().kubeconfig(), ns).await
 }
 
 fn allow() -> serde_json::Value {

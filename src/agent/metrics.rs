@@ -115,7 +115,7 @@ mod tests {
         let metrics = AgentMetrics::default();
         let entry =
             |address: &str| HostEntry { address: address.into(), endpoint: "http://10.0.0.1:5000".into(), ca: None };
-        let plan = NodePlan { hosts: vec![entry("a:1"), entry("b:1"), entry("c:1")] };
+        let plan = NodePlan { hosts: vec![entry("a:1"), entry("b:1"), entry("c:1")], ..NodePlan::default() };
         let report = Report {
             written: vec!["a:1".into()],
             removed: vec!["old:1".into()],

@@ -6,6 +6,7 @@
 //! serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
+mod state;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +27,8 @@ use crate::controller::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
 use crate::node::files::{self, Owner, Report};
 use crate::node::runtime::{self, RuntimeCheck};
-use crate::node::{self, NodePlan, PLAN_KEY, RuntimeFinding};
+use crate::node::state::{Agent, NodeState, PlanApplied};
+use crate::node::{self, NodePlan, Notice, PLAN_FORMAT, PLAN_KEY, Reason, RuntimeFinding};
 pub use metrics::AgentMetrics;
 
 /// What the agent is told by its flags.
@@ -38,6 +40,8 @@ pub struct AgentSettings {
     pub hosts_dir: PathBuf,
     /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
     pub daemonset: Option<String>,
+    /// The node it runs on, whose NodePullState it keeps; `None` keeps none.
+    pub node_name: Option<String>,
     pub resync: Duration,
     /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_dir`.
     pub containerd_config: Option<ContainerdConfig>,
@@ -99,11 +103,21 @@ pub async fn run(
     };
     // The plan while a (re)list is under way, and the plan in force once it has ended; none (nothing is touched)
     // until a plan was read.
-    let mut listing: Option<NodePlan> = None;
-    let mut plan: Option<NodePlan> = None;
+    let mut listing: Option<Applied> = None;
+    let mut plan: Option<Applied> = None;
+    // A plan of a newer format than this agent knows: refused whole, the last plan stays in force.
+    let mut too_new: Option<u32> = None;
     let mut last = Report::default();
     let owner = Owner::new(&settings.namespace, &settings.configmap);
     let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
+    let daemonset = settings.daemonset.as_deref();
+    let mut state = settings
+        .node_name
+        .as_deref()
+        .map(|node| state::StateWriter::new(&client, &settings.namespace, node, daemonset));
+    if state.is_none() {
+        warn!("no --node-name (NODE_NAME): this node's state is not kept, so doctor cannot tell it");
+    }
     metrics.runtime_checked(&runtime.check);
     loop {
         tokio::select! {
@@ -111,11 +125,16 @@ pub async fn run(
             event = events.next() => match event {
                 Some(Ok(event)) => {
                     health.set_api_reachable(true);
+                    let mut read = |configmap: &ConfigMap| {
+                        let (found, refused) = read_plan(configmap);
+                        too_new = refused;
+                        found
+                    };
                     match event {
                         Event::Init => listing = None,
-                        Event::InitApply(configmap) => listing = read_plan(&configmap).or_else(|| plan.clone()),
+                        Event::InitApply(configmap) => listing = read(&configmap).or_else(|| plan.clone()),
                         Event::InitDone => plan = listing.take().or(plan),
-                        Event::Apply(configmap) => plan = read_plan(&configmap).or(plan),
+                        Event::Apply(configmap) => plan = read(&configmap).or(plan),
                         // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears
                         // the node. A ConfigMap deleted by hand leaves the last plan in force.
                         Event::Delete(_) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
@@ -135,9 +154,9 @@ pub async fn run(
             }
             _ = resync.tick() => {}
         }
-        if let Some(plan) = &plan {
-            if let Some(report) = sync(&settings, &owner, plan, &last) {
-                metrics.synced(plan, &report);
+        if let Some(applied) = &plan {
+            if let Some(report) = sync(&settings, &owner, &applied.plan, &last) {
+                metrics.synced(&applied.plan, &report);
                 last = report;
             }
             let found = check_runtime(settings.containerd_config.as_ref());
@@ -146,8 +165,22 @@ pub async fn run(
                 tell_runtime(&found);
                 runtime = found;
             }
-            health.set_synced(Task::NodeAgent, true);
-            told.record(node::notices(plan, &last, &runtime, &regarding));
+            let mut notices = node::notices(&applied.plan, &last, &runtime, &regarding);
+            notices.extend(too_new.map(|format| Notice {
+                regarding: regarding.clone(),
+                reason: Reason::PlanTooNew,
+                message: format!(
+                    "the node plan is of format {format}, newer than this agent's {PLAN_FORMAT}: it is not applied and \
+                     the last plan stays in force; upgrade the agent (the chart's image) to the controller's version"
+                ),
+            }));
+            told.record(notices);
+            let kept = match &mut state {
+                Some(writer) => keep_state(writer, &settings, applied, &last, &runtime).await,
+                None => true,
+            };
+            health.set_synced(Task::NodeAgent, kept);
+            health.passed(Task::NodeAgent, settings.resync * node::state::STALE_AFTER_RESYNCS);
         }
     }
     told.finish().await;
@@ -156,6 +189,53 @@ pub async fn run(
         info!(removed, "the agent's DaemonSet is gone: its files are removed");
     }
     Ok(())
+}
+
+/// A plan and the version of its ConfigMap it was read from.
+#[derive(Clone, Debug)]
+struct Applied {
+    plan: NodePlan,
+    resource_version: String,
+}
+
+/// Writes this node's state when it changed; whether the object now holds it.
+async fn keep_state(
+    writer: &mut state::StateWriter,
+    settings: &AgentSettings,
+    applied: &Applied,
+    report: &Report,
+    runtime: &RuntimeFinding,
+) -> bool {
+    let (runtime_state, addresses) = node::state::found(&applied.plan, report, runtime);
+    let found = NodeState {
+        node: settings.node_name.clone().unwrap_or_default(),
+        agent: Agent {
+            pod: crate::pod::name(),
+            uid: std::env::var("POD_UID").unwrap_or_default(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        plan: PlanApplied {
+            config_map: settings.configmap.clone(),
+            resource_version: applied.resource_version.clone(),
+            format: applied.plan.format,
+        },
+        runtime: runtime_state,
+        addresses,
+        resync_seconds: settings.resync.as_secs(),
+        changed: String::new(),
+    };
+    match writer.keep(found).await {
+        Ok(wrote) => {
+            if wrote {
+                info!("this node's state written (NodePullState)");
+            }
+            true
+        }
+        Err(error) => {
+            warn!(%error, "this node's state (NodePullState) was not written; retrying at the next pass");
+            false
+        }
+    }
 }
 
 /// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
@@ -211,16 +291,26 @@ fn tell_runtime(found: &RuntimeFinding) {
     }
 }
 
-/// The plan a ConfigMap holds; `None` (keep the last plan) when it holds none or one this agent cannot read.
-fn read_plan(configmap: &ConfigMap) -> Option<NodePlan> {
+/// The plan a ConfigMap holds; `None` (keep the last plan) when it holds one this agent cannot read, with the format
+/// of a plan refused as newer than this agent's.
+fn read_plan(configmap: &ConfigMap) -> (Option<Applied>, Option<u32>) {
+    let resource_version = configmap.metadata.resource_version.clone().unwrap_or_default();
     let Some(text) = configmap.data.as_ref().and_then(|data| data.get(PLAN_KEY)) else {
-        return Some(NodePlan::default());
+        return (Some(Applied { plan: NodePlan::default(), resource_version }), None);
     };
     match NodePlan::from_json(text) {
-        Ok(plan) => Some(plan),
+        Ok(plan) if plan.format > PLAN_FORMAT => {
+            error!(
+                format = plan.format,
+                known = PLAN_FORMAT,
+                "the node plan is of a newer format than this agent's; the last plan stays in force"
+            );
+            (None, Some(plan.format))
+        }
+        Ok(plan) => (Some(Applied { plan, resource_version }), None),
         Err(error) => {
             error!(%error, "the node plan cannot be read; the last plan stays in force");
-            None
+            (None, None)
         }
     }
 }

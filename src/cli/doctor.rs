@@ -52,7 +52,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
-    let mut wrong = false;
+    // The sections that found something wrong, named in the closing summary.
+    let mut wrong: Vec<&str> = Vec::new();
     let text = configmap.as_ref().and_then(|c| c.data.as_ref()?.get(DATA_KEY).cloned());
     let verdicts = text.as_deref().map(readers::verdicts).unwrap_or_default();
     // As `get` answers: nothing published (3), or a reader rejects it, an unparsable document included (4).
@@ -73,7 +74,9 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     match &document.host {
         Some(host) => {
             let result = probe::probe(host).await;
-            wrong |= !result.ok;
+            if !result.ok {
+                wrong.push("From this machine");
+            }
             say!("  host {host}: {}", result.summary);
             if let (false, Some(help)) = (result.ok, &document.help) {
                 say!("  help: {help}");
@@ -171,7 +174,9 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
              controller pod: not shown (anyone who may create Events can write them)"
         );
     }
-    wrong |= stale;
+    if stale {
+        wrong.push("From the cluster");
+    }
     controllers(&client, &pods).await;
     if let Some(pull) = &settings.pull_secrets {
         let published = decision.published.as_ref();
@@ -180,19 +185,40 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             shout!("error: the pull credentials' objects could not be read within {CLUSTER_TIMEOUT:?}");
             return ExitCode::from(EXIT_UNREACHABLE);
         };
-        wrong |= !pull_credentials(published, &observed, pull);
+        if !pull_credentials(published, &observed, pull) {
+            wrong.push("Pull credentials");
+        }
     }
-    wrong |= !super::nodes::report(&client, decision.published.as_ref(), settings.node_plan.as_ref()).await;
+    let (published, document_kept) = (decision.published.as_ref(), decision.kept);
+    if !super::nodes::report(&client, published, document_kept, settings.node_plan.as_ref()).await {
+        wrong.push("Node pulls");
+    }
 
     if let Some(from_cluster) = from_cluster {
         say!("\n== From a pod");
         match document.host_from_cluster_network.as_ref().or(document.host.as_ref()) {
-            Some(address) => wrong |= !probe_from_pod(&client, &from_cluster, address).await,
+            Some(address) => {
+                if !probe_from_pod(&client, &from_cluster, address).await {
+                    wrong.push("From a pod");
+                }
+            }
             None => say!("  nothing to probe: neither hostFromClusterNetwork nor host is published"),
         }
     }
+    say!("\n== Summary");
+    match (status, wrong.as_slice()) {
+        (0, []) => say!("  all is well"),
+        (3, _) => say!("  nothing is published"),
+        (_, sections) => {
+            let mut sections = sections.to_vec();
+            if status != 0 {
+                sections.insert(0, "Published");
+            }
+            say!("  something is wrong in: {}", sections.join(", "));
+        }
+    }
     match status {
-        0 if wrong => ExitCode::from(EXIT_READER_REJECTS),
+        0 if !wrong.is_empty() => ExitCode::from(EXIT_READER_REJECTS),
         status => ExitCode::from(status),
     }
 }
@@ -312,11 +338,10 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
         let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
         let mut settings = parsed.publish.settings();
         // Its node plan lives in its own namespace, not in this command's.
-        settings.node_plan = parsed
-            .node_plan
-            .node_plan_configmap
-            .clone()
-            .map(|name| crate::settings::NodePlanTarget { namespace: pod.namespace.clone(), name });
+        parsed.node_plan.apply(&mut settings);
+        if let Some(target) = &mut settings.node_plan {
+            target.namespace.clone_from(&pod.namespace);
+        }
         if parsed.command.is_none() && settings.target() == flags.target() {
             return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name), true);
         }

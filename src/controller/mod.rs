@@ -32,6 +32,10 @@ pub enum Handoff {
     Pending,
     /// The registry readers see, if any.
     Decided(Option<Arc<Published>>),
+    /// Readers keep seeing the last good document although the registry that published it now has a problem (an
+    /// invalid annotation, an ambiguous port): everything that follows from that document (the node plan, pull
+    /// Secrets) stays as it is too.
+    Kept,
 }
 
 /// A write or read the API server refused, or that did not reach it.

@@ -17,6 +17,7 @@ use super::events::EventLog;
 use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
+use crate::cli::text::safe;
 use crate::health::{HEARTBEAT, Task};
 use crate::keys::MANAGER;
 use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason, node_watch_sets};
@@ -28,14 +29,18 @@ watch_sets!(node_watch_sets, Watches, Interest, Observed);
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
 
-/// The node plan of `published` as the running controller would make it, once the CA bundle it names was read,
-/// and why that bundle cannot be used, if it cannot (for `doctor`, which reads with its own identity).
-pub async fn observe(client: &kube::Client, published: Option<&Published>) -> (NodePlan, Option<String>) {
+/// The node decision about `published` as the running controller would make it with the addresses `allowed`, once
+/// the CA bundle it names was read (for `doctor`, which reads with its own identity).
+pub async fn observe(
+    client: &kube::Client,
+    published: Option<&Published>,
+    allowed: &[node::AddressPattern],
+) -> node::Decision {
     let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals);
     loop {
         if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published)) {
-            return node::decide(published, &observed);
+            return node::decide(published, &observed, allowed);
         }
         signals.changed.notified().await;
     }
@@ -51,8 +56,8 @@ pub struct NodePlanner {
     published: watch::Receiver<Handoff>,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
-    /// The last CA bundle problem logged, so it is logged once.
-    ca_problem: Option<String>,
+    /// The last problems logged (the CA bundle's, the refused addresses'), so each is logged once.
+    logged: (Option<String>, Option<String>),
 }
 
 impl NodePlanner {
@@ -72,7 +77,7 @@ impl NodePlanner {
             context,
             published,
             stored: None,
-            ca_problem: None,
+            logged: (None, None),
         }
     }
 
@@ -97,8 +102,14 @@ impl NodePlanner {
                 }
             };
             retry.disarm();
-            let Handoff::Decided(published) = self.published.borrow().clone() else {
-                continue;
+            let published = match self.published.borrow().clone() {
+                Handoff::Pending => continue,
+                // The plan matching the document readers still see stays as it is.
+                Handoff::Kept => {
+                    health.set_synced(Task::NodePlan, true);
+                    continue;
+                }
+                Handoff::Decided(published) => published,
             };
             let settled = settle(&mut self.watches, &self.signals, |_| node::interest(published.as_deref()));
             health.set_synced(Task::NodePlan, settled.is_some());
@@ -110,10 +121,11 @@ impl NodePlanner {
             if !*self.context.leading.borrow() {
                 continue;
             }
-            let (plan, ca_problem) = node::decide(published.as_deref(), &observed);
-            self.tell_ca_problem(published.as_deref(), ca_problem);
+            let decision = node::decide(published.as_deref(), &observed, &self.target.allowed_addresses);
+            self.context.metrics.node_addresses_refused(decision.refused.len());
+            self.tell_problems(published.as_deref(), &decision);
             let started = Instant::now();
-            let outcome = self.keep(plan).await;
+            let outcome = self.keep(decision.plan).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
             match outcome {
                 Ok(()) => retry.succeeded(),
@@ -127,22 +139,31 @@ impl NodePlanner {
         self.events.finish().await;
     }
 
-    /// Tells, once, why the CA bundle the published registry names cannot be used: logged, and an Event on its
-    /// Service for as long as it lasts.
-    fn tell_ca_problem(&mut self, published: Option<&Published>, problem: Option<String>) {
-        let problem = problem.map(|why| format!("no node is configured to pull it: {why}"));
-        if problem != self.ca_problem {
-            if let (Some(why), Some(published)) = (&problem, published) {
-                warn!(registry = %published.registry, "{why}");
+    /// Tells why the published registry, or some of its addresses, get no node file: logged once, and an Event on
+    /// its Service for as long as it lasts.
+    fn tell_problems(&mut self, published: Option<&Published>, decision: &node::Decision) {
+        let ca = decision.ca_problem.as_ref().map(|why| format!("no node is configured to pull it: {why}"));
+        let refused = node::refusal_message(&decision.refused);
+        if let Some(published) = published {
+            if ca != self.logged.0
+                && let Some(why) = &ca
+            {
+                warn!(registry = %published.registry, "{}", safe(why));
             }
-            self.ca_problem.clone_from(&problem);
+            if refused != self.logged.1
+                && let Some(why) = &refused
+            {
+                warn!(registry = %published.registry, "{}", safe(why));
+            }
         }
-        let notices = published.zip(problem).map(|(published, message)| Notice {
-            regarding: published.reference.clone(),
-            reason: Reason::CaBundleUnusable,
-            message,
-        });
-        self.events.record(notices.into_iter().collect());
+        self.logged = (ca.clone(), refused.clone());
+        let notices = [(Reason::CaBundleUnusable, ca), (Reason::AddressNotAllowed, refused)]
+            .into_iter()
+            .filter_map(|(reason, message)| {
+                Some(Notice { regarding: published?.reference.clone(), reason, message: message? })
+            })
+            .collect();
+        self.events.record(notices);
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.

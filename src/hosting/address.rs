@@ -104,6 +104,13 @@ pub fn check(value: &str) -> Result<Host, String> {
     Ok(Host::Name(name.to_string()))
 }
 
+/// A valid address split into its host and port, as [`check`] reads it.
+pub fn host_and_port(value: &str) -> Result<(Host, Option<u16>), String> {
+    let host = check(value)?;
+    let (_, port) = split(value)?;
+    Ok((host, port.and_then(|port| port.parse().ok())))
+}
+
 fn split(value: &str) -> Result<(&str, Option<&str>), String> {
     if value.starts_with('[') {
         let end = value.find(']').ok_or("an IPv6 address lacks its closing bracket")?;

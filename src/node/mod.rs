@@ -8,6 +8,8 @@
 
 pub mod files;
 pub mod runtime;
+pub mod state;
+pub mod trust;
 mod watched;
 
 use std::net::IpAddr;
@@ -16,10 +18,12 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
+use crate::hosting::Field;
 use crate::hosting::address::Host;
 use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
 use crate::watching::{WatchKey, is_object_name};
+pub use trust::{AddressPattern, Refusal};
 pub(crate) use watched::node_watch_sets;
 pub use watched::{CaBundle, Interest, Observed};
 
@@ -29,11 +33,28 @@ pub const PLAN_KEY: &str = "plan.json";
 /// Secrets and trust-manager's bundles use.
 pub const CA_KEY: &str = "ca.crt";
 
+/// The plan format this build writes and reads. A plan of a newer format is refused whole by an older agent, which
+/// then touches nothing: a field it does not know could change what a file must say.
+pub const PLAN_FORMAT: u32 = 1;
+
 /// What every node's runtime needs to pull each published address.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodePlan {
+    /// [`PLAN_FORMAT`] of the controller that wrote it (plans written before it had one are format 1).
+    #[serde(default = "first_format")]
+    pub format: u32,
     /// One entry per address, sorted by address.
     pub hosts: Vec<HostEntry>,
+}
+
+impl Default for NodePlan {
+    fn default() -> Self {
+        Self { format: PLAN_FORMAT, hosts: Vec::new() }
+    }
+}
+
+fn first_format() -> u32 {
+    1
 }
 
 /// One published address and where a node's runtime fetches it from.
@@ -48,43 +69,83 @@ pub struct HostEntry {
     pub ca: Option<String>,
 }
 
+/// The node concern's whole decision about the published registry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    pub plan: NodePlan,
+    /// Why the CA bundle the registry names cannot be used, when it cannot (the plan then has no entry for it).
+    pub ca_problem: Option<String>,
+    /// Published addresses that get no node file, each with why (see [`trust`]).
+    pub refused: Vec<(String, Refusal)>,
+}
+
 /// The plan for `published`: every published address a node's runtime cannot pull from as it is, mapped to the
-/// endpoint the node reaches. A plain-HTTP registry's address on the node's own loopback at its hostPort or
+/// endpoint the node reaches, if [`trust::admit`] lets `allowed` and the registry's own addresses redirect it (the
+/// others are returned, refused). A plain-HTTP registry's address on the node's own loopback at its hostPort or
 /// nodePort needs nothing (containerd dials loopback over HTTP itself), and a registry with no endpoint a node
 /// reaches gets no entry. A registry that serves TLS gets entries only with its CA bundle (`ca`), every address
 /// to the same `https://` endpoint: a plain-HTTP endpoint would be wrong for it, and without its CA no node trusts
 /// its certificate.
-pub fn plan(published: Option<&Published>, ca: Option<&str>) -> NodePlan {
+pub fn plan(
+    published: Option<&Published>,
+    ca: Option<&str>,
+    allowed: &[AddressPattern],
+) -> (NodePlan, Vec<(String, Refusal)>) {
     let Some(published) = published else {
-        return NodePlan::default();
+        return Default::default();
     };
     let (scheme, ca) = match (published.ports.tls, ca) {
         (false, _) => ("http", None),
         (true, Some(ca)) => ("https", Some(ca.to_string())),
-        (true, None) => return NodePlan::default(),
+        (true, None) => return Default::default(),
     };
     let Some(authority) = authority(published) else {
-        return NodePlan::default();
+        return Default::default();
     };
     let endpoint = format!("{scheme}://{authority}");
     let document = &published.document;
-    let addresses = [&document.host, &document.host_from_container_runtime, &document.host_from_cluster_network];
-    let mut hosts: Vec<HostEntry> = addresses
-        .into_iter()
-        .flatten()
-        .filter(|address| ca.is_some() || !served_on_node_loopback(address, published.ports.node))
-        .map(|address| HostEntry { address: address.clone(), endpoint: endpoint.clone(), ca: ca.clone() })
-        .collect();
+    let mut hosts = Vec::new();
+    let mut refused = Vec::new();
+    let addresses = Field::ALL.into_iter().filter(|field| field.is_address()).filter_map(|field| document.get(field));
+    for address in addresses {
+        if ca.is_none() && served_on_node_loopback(address, published.ports.node) {
+            continue;
+        }
+        match trust::admit(address, &published.own_addresses, allowed) {
+            Ok(()) => {
+                hosts.push(HostEntry { address: address.to_string(), endpoint: endpoint.clone(), ca: ca.clone() })
+            }
+            Err(refusal) => refused.push((address.to_string(), refusal)),
+        }
+    }
     hosts.sort();
     hosts.dedup();
-    NodePlan { hosts }
+    refused.sort_by(|a, b| a.0.cmp(&b.0));
+    refused.dedup();
+    (NodePlan { hosts, ..NodePlan::default() }, refused)
 }
 
-/// The node concern's whole decision: the plan for `published` with the CA bundle `observed` holds, and why the
-/// bundle it names cannot be used, when it cannot (the plan then has no entry for it).
-pub fn decide(published: Option<&Published>, observed: &Observed) -> (NodePlan, Option<String>) {
+/// The node concern's whole decision: the plan for `published` with the CA bundle `observed` holds and the
+/// addresses the admin allowed, why the bundle it names cannot be used, and which addresses get no file.
+pub fn decide(published: Option<&Published>, observed: &Observed, allowed: &[AddressPattern]) -> Decision {
     let ca = published.map_or(Ok(None), |published| ca_bundle(published, observed));
-    (plan(published, ca.as_ref().ok().and_then(Option::as_deref)), ca.err())
+    let (plan, refused) = plan(published, ca.as_ref().ok().and_then(Option::as_deref), allowed);
+    Decision { plan, ca_problem: ca.err(), refused }
+}
+
+/// What a refused address's Event says: the address, why, and what would let it through.
+pub fn refusal_message(refused: &[(String, Refusal)]) -> Option<String> {
+    let said: Vec<String> = refused
+        .iter()
+        .map(|(address, refusal)| match refusal {
+            Refusal::NotAllowed => format!(
+                "{address} does not name this Service alone (its ClusterIP, cluster DNS names, nodePort or \
+                 hostPort) and matches no address a cluster admin allowed (chart value nodeAgent.allowedAddresses)"
+            ),
+            Refusal::Invalid(why) => format!("{address:?} is no address a node file may be written for: {why}"),
+        })
+        .collect();
+    (!said.is_empty()).then(|| format!("published, but no node is configured to pull it: {}", said.join("; ")))
 }
 
 /// Where (`host:port`) a node reaches the registry without cluster DNS: an ExternalName's target, else the
@@ -207,6 +268,10 @@ pub enum Reason {
     CaBundleUnusable,
     /// This node's containerd reads another hosts directory than the one the agent writes into.
     ConfigPathMismatch,
+    /// A published address no node file is written for: not the registry's own, and not allowed by the admin.
+    AddressNotAllowed,
+    /// The node plan is of a newer format than the agent knows: not applied.
+    PlanTooNew,
 }
 
 impl Reason {
@@ -217,6 +282,8 @@ impl Reason {
             Reason::HostsFileFailed => "HostsFileFailed",
             Reason::CaBundleUnusable => "CaBundleUnusable",
             Reason::ConfigPathMismatch => "ConfigPathMismatch",
+            Reason::AddressNotAllowed => "AddressNotAllowed",
+            Reason::PlanTooNew => "PlanTooNew",
         }
     }
 

@@ -17,13 +17,22 @@ fn published(service: ServiceBuilder) -> Published {
     Published::of(registry, document)
 }
 
+/// The plan with no address allowed besides the registry's own.
+fn planned(published: Option<&Published>, ca: Option<&str>) -> NodePlan {
+    plan(published, ca, &[]).0
+}
+
+fn allowing(patterns: &[&str]) -> Vec<AddressPattern> {
+    patterns.iter().map(|p| p.parse().expect("a pattern")).collect()
+}
+
 fn entries(plan: &NodePlan) -> Vec<(&str, &str)> {
     plan.hosts.iter().map(|entry| (entry.address.as_str(), entry.endpoint.as_str())).collect()
 }
 
 #[test]
 fn nothing_published_plans_nothing() {
-    assert_eq!(plan(None, None), NodePlan::default());
+    assert_eq!(plan(None, None, &allowing(&["docker.io"])), Default::default());
 }
 
 #[test]
@@ -34,14 +43,14 @@ fn the_cluster_network_address_goes_to_the_cluster_ip_and_loopback_at_the_node_p
     assert_eq!(by_ip.document.host.as_deref(), Some("localhost:30500"));
     // containerd dials every address but loopback over HTTPS, the ClusterIP too.
     assert_eq!(by_ip.document.host_from_cluster_network.as_deref(), Some("10.96.0.12:5000"));
-    assert_eq!(entries(&plan(Some(&by_ip), None)), [("10.96.0.12:5000", "http://10.96.0.12:5000")]);
+    assert_eq!(entries(&planned(Some(&by_ip), None)), [("10.96.0.12:5000", "http://10.96.0.12:5000")]);
     // A name given by annotation is mapped the same way.
     let named = service("registry", "registry")
         .cluster_ip("10.96.0.12")
         .port(None, 5000, None)
         .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "registry.registry.svc.cluster.local:5000");
     assert_eq!(
-        entries(&plan(Some(&published(named)), None)),
+        entries(&planned(Some(&published(named)), None)),
         [("registry.registry.svc.cluster.local:5000", "http://10.96.0.12:5000")]
     );
 }
@@ -54,7 +63,7 @@ fn a_registry_that_serves_tls_gets_no_plain_http_endpoint() {
         published.document.host_from_cluster_network.as_deref(),
         Some("registry.registry.svc.cluster.local:5000")
     );
-    assert_eq!(plan(Some(&published), None), NodePlan::default());
+    assert_eq!(planned(Some(&published), None), NodePlan::default());
 }
 
 const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
@@ -69,20 +78,21 @@ fn a_registry_that_serves_tls_with_its_ca_bundle_is_reached_over_https_at_every_
     let mut published = published(tls);
     published.ports.node = Some(30500);
     published.document.host = Some("localhost:30500".into());
-    let planned = plan(Some(&published), Some(CA));
+    published.own_addresses.push("localhost:30500".into());
+    let with_ca = planned(Some(&published), Some(CA));
     // Loopback too: containerd trusts the registry's certificate only with its CA, wherever it dials.
     assert_eq!(
-        entries(&planned),
+        entries(&with_ca),
         [
             ("localhost:30500", "https://10.96.0.12:5000"),
             ("registry.registry.svc.cluster.local:5000", "https://10.96.0.12:5000"),
         ]
     );
-    assert!(planned.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
-    assert_eq!(NodePlan::from_json(&planned.to_json()).expect("reads back"), planned);
+    assert!(with_ca.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
+    assert_eq!(NodePlan::from_json(&with_ca.to_json()).expect("reads back"), with_ca);
     // A plain-HTTP registry's plan has no CA whatever it names.
     let plain = published_with(CA_BUNDLE, "configmap/registry-ca", false);
-    assert!(plan(Some(&plain), Some(CA)).hosts.iter().all(|entry| entry.ca.is_none()));
+    assert!(planned(Some(&plain), Some(CA)).hosts.iter().all(|entry| entry.ca.is_none()));
 }
 
 fn published_with(key: &str, value: &str, tls: bool) -> Published {
@@ -137,15 +147,23 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
 }
 
 #[test]
-fn a_kind_shaped_host_and_a_loopback_port_the_node_does_not_serve_are_mapped() {
+fn a_kind_shaped_host_and_a_loopback_port_the_node_does_not_serve_are_mapped_once_the_admin_allows_them() {
     let kind = service("registry", "registry")
         .cluster_ip("10.96.0.12")
         .port(None, 5000, None)
         .annotation(annotations::HOST, "localhost:5001")
         .annotation(annotations::HOST_FROM_CONTAINER_RUNTIME, "kind-registry:5000");
-    let plan = plan(Some(&published(kind)), None);
+    let published = published(kind);
+    let (alone, refused) = plan(Some(&published), None, &[]);
+    assert_eq!(entries(&alone), [("10.96.0.12:5000", "http://10.96.0.12:5000")]);
     assert_eq!(
-        entries(&plan),
+        refused,
+        [("kind-registry:5000".to_string(), Refusal::NotAllowed), ("localhost:5001".to_string(), Refusal::NotAllowed)]
+    );
+    let (allowed, refused) = plan(Some(&published), None, &allowing(&["localhost:5001", "kind-registry"]));
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(
+        entries(&allowed),
         [
             ("10.96.0.12:5000", "http://10.96.0.12:5000"),
             ("kind-registry:5000", "http://10.96.0.12:5000"),
@@ -155,21 +173,70 @@ fn a_kind_shaped_host_and_a_loopback_port_the_node_does_not_serve_are_mapped() {
 }
 
 #[test]
-fn an_external_name_is_reached_at_its_target() {
+fn an_external_name_is_reached_at_its_target_only_when_the_admin_allows_it() {
     let external =
         service("registry", "registry").type_("ExternalName").external_name("Registry.Example.").port(None, 5000, None);
-    let plan = plan(Some(&published(external)), None);
-    assert_eq!(entries(&plan), [("registry.example:5000", "http://registry.example:5000")]);
+    let published = published(external);
+    assert!(published.own_addresses.is_empty(), "{:?}", published.own_addresses);
+    assert_eq!(planned(Some(&published), None), NodePlan::default());
+    let (allowed, _) = plan(Some(&published), None, &allowing(&["registry.example:5000"]));
+    assert_eq!(entries(&allowed), [("registry.example:5000", "http://registry.example:5000")]);
+}
+
+#[test]
+fn a_namespace_naming_a_public_registry_redirects_no_node_and_is_told_why() {
+    // What an `edit` user in an allowed namespace can write: every address field names a public registry.
+    for field in crate::hosting::Field::ALL.into_iter().filter(|f| f.is_address()) {
+        let hijack = service("team", "registry")
+            .cluster_ip("10.96.0.12")
+            .port(None, 5000, None)
+            .annotation(field.annotation(), "registry.k8s.io");
+        let published = published(hijack);
+        assert_eq!(published.document.get(field), Some("registry.k8s.io"), "{field}");
+        let (planned, refused) = plan(Some(&published), None, &[]);
+        assert!(planned.hosts.iter().all(|entry| entry.address != "registry.k8s.io"), "{field}: {planned:?}");
+        assert_eq!(refused, [("registry.k8s.io".to_string(), Refusal::NotAllowed)], "{field}");
+        let told = refusal_message(&refused).expect("told");
+        assert!(told.contains("registry.k8s.io does not name this Service alone"), "{told}");
+        assert!(told.contains("nodeAgent.allowedAddresses"), "{told}");
+        // Allowed by the admin, it gets its file.
+        let (planned, refused) = plan(Some(&published), None, &allowing(&["registry.k8s.io"]));
+        assert!(refused.is_empty() && planned.hosts.iter().any(|entry| entry.address == "registry.k8s.io"));
+    }
+    assert_eq!(refusal_message(&[]), None);
+}
+
+#[test]
+fn a_services_own_addresses_are_its_cluster_ip_dns_names_and_node_ports() {
+    let nodeport = service("team", "registry").type_("NodePort").cluster_ip("10.96.0.12").port(None, 5000, Some(30500));
+    assert_eq!(
+        published(nodeport).own_addresses,
+        [
+            "10.96.0.12:5000",
+            "127.0.0.1:30500",
+            "[::1]:30500",
+            "localhost:30500",
+            "registry.team.svc.cluster.local:5000",
+            "registry.team.svc:5000",
+        ]
+    );
+    // Annotations change what is published, never what is the Service's own.
+    let annotated = service("team", "registry")
+        .cluster_ip("10.96.0.12")
+        .port(None, 5000, None)
+        .annotation(annotations::HOST_FROM_CLUSTER_NETWORK, "docker.io");
+    let own = published(annotated).own_addresses;
+    assert!(own.contains(&"10.96.0.12:5000".to_string()) && !own.contains(&"docker.io".to_string()), "{own:?}");
 }
 
 #[test]
 fn a_headless_registry_is_reached_on_the_node_loopback_at_its_node_port_else_not_at_all() {
     let headless = service("registry", "registry").cluster_ip("None").port(None, 5000, None);
-    assert_eq!(plan(Some(&published(headless)), None), NodePlan::default());
+    assert_eq!(planned(Some(&published(headless)), None), NodePlan::default());
     let mut with_node_port = published(service("registry", "registry").cluster_ip("None").port(None, 5000, None));
     with_node_port.ports.node = Some(30500);
     assert_eq!(
-        entries(&plan(Some(&with_node_port), None)),
+        entries(&planned(Some(&with_node_port), None)),
         [("registry.registry.svc.cluster.local:5000", "http://127.0.0.1:30500")]
     );
 }
@@ -181,7 +248,7 @@ fn an_ipv6_cluster_ip_is_bracketed_and_an_address_given_twice_is_planned_once() 
         .port(None, 5000, None)
         .annotation(annotations::HOST, "registry.registry.svc.cluster.local:5000");
     assert_eq!(
-        entries(&plan(Some(&published(v6)), None)),
+        entries(&planned(Some(&published(v6)), None)),
         [("registry.registry.svc.cluster.local:5000", "http://[fd00::c]:5000")]
     );
 }
@@ -189,7 +256,7 @@ fn an_ipv6_cluster_ip_is_bracketed_and_an_address_given_twice_is_planned_once() 
 #[test]
 fn the_plan_reads_back_as_written() {
     let published = published(service("registry", "registry").cluster_ip("10.96.0.12").port(None, 5000, None));
-    let written = plan(Some(&published), None);
+    let written = planned(Some(&published), None);
     assert_eq!(NodePlan::from_json(&written.to_json()).expect("reads back"), written);
 }
 
@@ -198,7 +265,7 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
     let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
     let entry =
         |address: &str| HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
-    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")] };
+    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")], ..NodePlan::default() };
     let report = files::Report {
         foreign: vec!["b:5000".into()],
         failed: vec![("c:5000".into(), "read-only file system".into())],
@@ -226,7 +293,7 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
 fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothing() {
     let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
     let entry = HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
-    let plan = NodePlan { hosts: vec![entry] };
+    let plan = NodePlan { hosts: vec![entry], ..NodePlan::default() };
     let written = files::Report { written: vec!["a:5000".into()], ..files::Report::default() };
     let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
     let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
@@ -251,11 +318,11 @@ fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothin
 fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
     let tls = published_with(CA_BUNDLE, "configmap/registry-ca", true);
     let source = ca_source(&tls).expect("named").expect("valid");
-    let (planned, problem) = decide(Some(&tls), &observed(&source, Ok(Some(Some(CA)))));
-    assert_eq!(problem, None);
-    assert!(!planned.hosts.is_empty() && planned.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
-    let (planned, problem) = decide(Some(&tls), &observed(&source, Ok(None)));
-    assert_eq!(planned, NodePlan::default());
-    assert_eq!(problem.as_deref(), Some("configmap/registry-ca does not exist in namespace registry"));
-    assert_eq!(decide(None, &Observed::default()), (NodePlan::default(), None));
+    let found = decide(Some(&tls), &observed(&source, Ok(Some(Some(CA)))), &[]);
+    assert_eq!(found.ca_problem, None);
+    assert!(!found.plan.hosts.is_empty() && found.plan.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
+    let missing = decide(Some(&tls), &observed(&source, Ok(None)), &[]);
+    assert_eq!(missing.plan, NodePlan::default());
+    assert_eq!(missing.ca_problem.as_deref(), Some("configmap/registry-ca does not exist in namespace registry"));
+    assert_eq!(decide(None, &Observed::default(), &[]), Decision::default());
 }

@@ -67,6 +67,8 @@ pub struct Published {
     /// Its Service as stored (annotations, ports, cluster IP).
     pub service: Arc<Service>,
     pub ports: Ports,
+    /// The addresses that name its Service alone (see [`Registry::own_addresses`]).
+    pub own_addresses: Vec<String>,
 }
 
 impl Published {
@@ -77,6 +79,7 @@ impl Published {
             document: document.clone(),
             service: registry.service.clone(),
             ports: registry.ports,
+            own_addresses: registry.own_addresses.clone(),
         }
     }
 }
@@ -88,6 +91,9 @@ pub struct Decision {
     pub published: Option<Published>,
     /// The registry readers see now, before the action: what they keep seeing if a write is refused.
     pub published_now: Option<Published>,
+    /// The winner has a problem, so the stored document stays as it is: whatever follows from it stays too, although
+    /// `published` cannot name a registry that derives it now.
+    pub kept: bool,
     /// What our ConfigMap holds once the action is carried out.
     pub document: Option<LocalRegistryHostingV1>,
     /// Who a refused write is told on: the registry it was for, else the ConfigMap.
@@ -169,6 +175,7 @@ pub fn decide(input: &Input) -> Decision {
     let mut held_back = None;
     let mut action = Action::Keep;
     let mut writing_for = None;
+    let kept = wanted.is_none() && stored.and_then(Stored::ours).is_some();
     match (wanted, stored) {
         (None, _) => {
             held_back = winner.map(|w| format!("registry {} has a problem; {target} is left as it is", w.id));
@@ -216,6 +223,7 @@ pub fn decide(input: &Input) -> Decision {
             action,
             published,
             published_now,
+            kept,
             document,
             subject,
             notices,
@@ -262,6 +270,7 @@ pub fn decide(input: &Input) -> Decision {
         action,
         published,
         published_now,
+        kept,
         document,
         subject,
         notices,

@@ -239,6 +239,13 @@ fn a_misconfigured_winner_keeps_the_last_good_document() {
     assert_eq!(reasons(&decision), [("zot", Reason::Misconfigured(Fault::AmbiguousPort))]);
     assert!(decision.held_back.is_some());
     assert_eq!(decision.document, Some(doc(&zot)), "readers keep the last good document");
+    // No registry derives that document now, so nothing names who publishes it; what follows from it (node files,
+    // pull Secrets) is kept rather than withdrawn.
+    assert_eq!(decision.published, None);
+    assert!(decision.kept, "the other concerns keep what follows from the kept document");
+    // With nothing stored there is nothing to keep; a healthy winner is not kept either.
+    assert!(!decide_now(&[broken("zot")], None, &Settings::default()).kept);
+    assert!(!decide_now(std::slice::from_ref(&zot), Some(&current), &Settings::default()).kept);
 }
 
 #[test]

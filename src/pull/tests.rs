@@ -24,6 +24,7 @@ fn registry(credentials: Option<&str>) -> Published {
         },
         service,
         ports: crate::registry::Ports { service: Some(5000), node: Some(30500), tls: false },
+        own_addresses: Vec::new(),
     }
 }
 

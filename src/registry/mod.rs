@@ -178,6 +178,8 @@ pub struct Registry {
     pub ready: bool,
     pub document: Result<LocalRegistryHostingV1, Problem>,
     pub ports: Ports,
+    /// The addresses that name this Service alone, whatever its annotations say (see `values::own_addresses`).
+    pub own_addresses: Vec<String>,
     pub reference: ObjectReference,
     /// The Service as stored: what other concerns read of the published registry (its annotations, ports).
     pub service: Arc<Service>,

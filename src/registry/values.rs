@@ -38,6 +38,7 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         (None, Ok(_)) => document(service, &id, &origin, ports, index, settings),
     };
     Registry {
+        own_addresses: own_addresses(service, &id, &origin, ports, index, settings),
         ports,
         ready: ready(service, &id, index),
         priority,
@@ -58,36 +59,10 @@ fn document(
     index: &Index,
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
-    let spec = service.spec.clone().unwrap_or_default();
-    let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
-    let service_port = ports.service;
-    // IPv6 in brackets, names lowercase without a root dot; an address that fits no rule is kept as given, for
-    // validation to name the rule.
-    let with_port = |address: &str, port: Option<i32>| match Host::normalise(address) {
-        Ok(host) => host.with_port(port),
-        Err(_) => port.map_or_else(|| address.to_string(), |port| format!("{address}:{port}")),
-    };
-
-    let cluster_network = match (&external_name, plain_http_cluster_ip(&spec, ports)) {
-        (Some(name), _) => with_port(name, service_port),
-        (None, Some(ip)) => with_port(&ip.to_string(), service_port),
-        (None, None) => {
-            with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), service_port)
-        }
-    };
-    let load_balancer =
-        service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
-            |ingress| preferred_address(ingress.iter().filter_map(|i| i.ip.as_deref().or(i.hostname.as_deref()))),
-        );
-    let outside_port = ports.node;
-    let host = match (load_balancer, outside_port) {
-        (Some(address), _) => Some(with_port(&address, service_port)),
-        (None, Some(port)) => node_address(id, origin, index, settings).map(|address| with_port(&address, Some(port))),
-        (None, None) => None,
-    };
-    let host = overridden(service, Field::Host, host)?;
+    let unannotated = unannotated(service, id, origin, ports, index, settings);
+    let host = overridden(service, Field::Host, unannotated.host)?;
     // The node's runtime reaches a hostPort or nodePort on its own loopback, whatever tools outside use.
-    let runtime = outside_port.map(|port| format!("localhost:{port}")).and_then(|runtime| {
+    let runtime = ports.node.map(|port| format!("localhost:{port}")).and_then(|runtime| {
         if Some(&runtime) == host.as_ref() {
             // Readers fall back to host; leaving the duplicate out keeps "localhost:" off every line but host's.
             None
@@ -100,11 +75,98 @@ fn document(
     let derived = LocalRegistryHostingV1 {
         host,
         host_from_container_runtime: overridden(service, Field::HostFromContainerRuntime, runtime)?,
-        host_from_cluster_network: overridden(service, Field::HostFromClusterNetwork, Some(cluster_network))?,
+        host_from_cluster_network: overridden(
+            service,
+            Field::HostFromClusterNetwork,
+            Some(unannotated.cluster_network),
+        )?,
         help: overridden(service, Field::Help, settings.help_url.clone())?,
     };
     derived.validate().map_err(|invalid| Problem { fault: Fault::InvalidValue, message: not_publishable(&invalid) })?;
     Ok(derived)
+}
+
+/// The addresses the controller derives from the Service without its annotations.
+struct Unannotated {
+    host: Option<String>,
+    cluster_network: String,
+    /// The cluster network address is the target an ExternalName Service names: anything its writer chose.
+    external: bool,
+}
+
+fn unannotated(
+    service: &Service,
+    id: &ServiceId,
+    origin: &Origin,
+    ports: Ports,
+    index: &Index,
+    settings: &Settings,
+) -> Unannotated {
+    let spec = service.spec.clone().unwrap_or_default();
+    let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
+    let service_port = ports.service;
+    let cluster_network = match (&external_name, plain_http_cluster_ip(&spec, ports)) {
+        (Some(name), _) => with_port(name, service_port),
+        (None, Some(ip)) => with_port(&ip.to_string(), service_port),
+        (None, None) => service_dns_name(id, settings, service_port),
+    };
+    let load_balancer =
+        service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
+            |ingress| preferred_address(ingress.iter().filter_map(|i| i.ip.as_deref().or(i.hostname.as_deref()))),
+        );
+    let host = match (load_balancer, ports.node) {
+        (Some(address), _) => Some(with_port(&address, service_port)),
+        (None, Some(port)) => node_address(id, origin, index, settings).map(|address| with_port(&address, Some(port))),
+        (None, None) => None,
+    };
+    Unannotated { host, cluster_network, external: external_name.is_some() }
+}
+
+/// The addresses that name this Service and nothing else, whatever its annotations say: its ClusterIP and its
+/// cluster DNS names at its port, its hostPort or nodePort on a node's loopback and at the address tools outside
+/// reach a node by, and its load balancer's address; every one of them either allocated to it by the cluster or set
+/// by the controller's own flags. An ExternalName's target is not among them: whoever wrote the Service chose it.
+/// Only these may redirect what every node pulls without a cluster admin allowing it (see `crate::node::trust`).
+fn own_addresses(
+    service: &Service,
+    id: &ServiceId,
+    origin: &Origin,
+    ports: Ports,
+    index: &Index,
+    settings: &Settings,
+) -> Vec<String> {
+    let unannotated = unannotated(service, id, origin, ports, index, settings);
+    let mut own: Vec<String> = Vec::new();
+    if !unannotated.external {
+        own.extend(unannotated.host);
+        own.push(unannotated.cluster_network);
+        if let Some(port) = ports.service {
+            own.push(service_dns_name(id, settings, Some(port)));
+            own.push(with_port(&format!("{}.{}.svc", id.name, id.namespace), Some(port)));
+            let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+            own.extend(cluster_ip.and_then(|ip| Host::normalise(ip).ok()).map(|ip| ip.with_port(Some(port))));
+        }
+        if let Some(port) = ports.node {
+            own.extend(["localhost", "127.0.0.1", "[::1]"].map(|loopback| format!("{loopback}:{port}")));
+        }
+    }
+    own.retain(|address| crate::hosting::address::check(address).is_ok());
+    own.sort();
+    own.dedup();
+    own
+}
+
+fn service_dns_name(id: &ServiceId, settings: &Settings, port: Option<i32>) -> String {
+    with_port(&format!("{}.{}.svc.{}", id.name, id.namespace, settings.cluster_domain), port)
+}
+
+/// IPv6 in brackets, names lowercase without a root dot; an address that fits no rule is kept as given, for
+/// validation to name the rule.
+fn with_port(address: &str, port: Option<i32>) -> String {
+    match Host::normalise(address) {
+        Ok(host) => host.with_port(port),
+        Err(_) => port.map_or_else(|| address.to_string(), |port| format!("{address}:{port}")),
+    }
 }
 
 /// The ClusterIP published for pods when the registry speaks plain HTTP and the address is one that

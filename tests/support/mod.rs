@@ -17,7 +17,7 @@ use kube::{Client, ResourceExt};
 use local_registry_publisher::controller::{Context, Controller};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use local_registry_publisher::settings::Settings;
-use serde_json::Value;
+use serde_json::{Value, json};
 use testbed::ControlPlane;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -474,4 +474,25 @@ pub fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str)
         Err(kube::Error::Api(status)) if status.code == 403 => {}
         other => panic!("{what} should be forbidden, got {other:?}"),
     }
+}
+
+/// A client acting as `system:serviceaccount:<ns>:tenant` (impersonated by the admin of `kubeconfig`), which holds
+/// the built-in `edit` role in `ns` and nothing else: what a namespace's ordinary user may do.
+pub async fn edit_only_client(admin: &Client, kubeconfig: &std::path::Path, ns: &str) -> Client {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), ns);
+    let account = serde_json::from_value(json!({"metadata": {"name": "tenant"}})).expect("a ServiceAccount");
+    accounts.create(&PostParams::default(), &account).await.expect("create the tenant's ServiceAccount");
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+    }))
+    .expect("a RoleBinding");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &binding).await.expect("bind");
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("a config");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
+    Client::try_from(config).expect("the tenant's client")
 }

@@ -124,3 +124,28 @@ matter.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+The addresses besides each registry's own that node files may be written for (--node-allowed-addresses),
+comma-separated: nodeAgent.allowedAddresses, and for kind and k3d the addresses of the registry container the chart
+describes (the release's own ExternalName Service), which the admin chose by installing with that distribution.
+*/ -}}
+{{- define "lrp.nodeAllowedAddresses" -}}
+{{- include "lrp.applyDistribution" . -}}
+{{- $allowed := .Values.nodeAgent.allowedAddresses | default list -}}
+{{- $container := .Values.registryContainer -}}
+{{- if and (has .Values.distribution (list "kind" "k3d")) $container.name -}}
+{{- $allowed = append $allowed (printf "%s:%d" $container.name (int $container.port)) -}}
+{{- if eq .Values.distribution "k3d" -}}
+{{- $allowed = append $allowed (printf "%s.localhost:%d" $container.name (int $container.hostPort)) -}}
+{{- else -}}
+{{- $allowed = append $allowed (printf "localhost:%d" (int $container.hostPort)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $allowed }}
+{{- if not (regexMatch "^(\\*\\.)?[a-z0-9.:\\[\\]-]+$" .) }}
+{{- fail (printf "nodeAgent.allowedAddresses: %q is not host[:port] (lowercase), optionally with \"*.\" before a DNS name, like registry.example:5000 or *.corp.example" .) }}
+{{- end }}
+{{- end }}
+{{- join "," (uniq $allowed) -}}
+{{- end -}}

@@ -266,6 +266,7 @@ impl Publisher {
             action,
             published,
             published_now,
+            kept,
             document,
             subject,
             mut notices,
@@ -276,7 +277,7 @@ impl Publisher {
         } = decision;
         if !leading {
             self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
-            self.hand_on(published);
+            self.hand_on(published, kept);
             return;
         }
         if held_back != self.held_back {
@@ -299,12 +300,12 @@ impl Publisher {
                     health.set_failed_writes(0);
                 }
                 self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
-                self.hand_on(published);
+                self.hand_on(published, kept);
                 notices.extend(confirmation);
             }
             Err(error) => {
                 // Readers keep seeing what they saw before.
-                self.hand_on(published_now);
+                self.hand_on(published_now, kept);
                 health.set_failed_writes(health.failed_writes() + 1);
                 let message = format!(
                     "could not {} {}: {}; what readers see is unchanged",
@@ -318,9 +319,10 @@ impl Publisher {
         self.events.record(notices);
     }
 
-    /// Hands the registry readers see to the other concerns, when it changed.
-    fn hand_on(&self, published: Option<Published>) {
-        let handoff = Handoff::Decided(published.map(Arc::new));
+    /// Hands the registry readers see to the other concerns, when it changed; `kept` when readers keep seeing a
+    /// document its registry no longer derives.
+    fn hand_on(&self, published: Option<Published>, kept: bool) {
+        let handoff = if kept { Handoff::Kept } else { Handoff::Decided(published.map(Arc::new)) };
         self.published.send_if_modified(|current| {
             let changed = *current != handoff;
             if changed {

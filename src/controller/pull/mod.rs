@@ -88,9 +88,15 @@ impl PullDistributor {
                 }
             };
             retry.disarm();
-            let Handoff::Decided(published) = self.published.borrow().clone() else {
+            let published = match self.published.borrow().clone() {
                 // Until the publisher has decided, nothing is known about what readers see: nothing is withdrawn.
-                continue;
+                Handoff::Pending => continue,
+                // The Secrets of the document readers still see stay as they are.
+                Handoff::Kept => {
+                    health.set_synced(Task::PullSecrets, true);
+                    continue;
+                }
+                Handoff::Decided(published) => published,
             };
             let settings = &self.settings;
             let settled =

@@ -18,7 +18,7 @@ fn entry(address: &str, endpoint: &str) -> HostEntry {
 }
 
 fn plan(entries: &[HostEntry]) -> NodePlan {
-    NodePlan { hosts: entries.to_vec() }
+    NodePlan { hosts: entries.to_vec(), ..NodePlan::default() }
 }
 
 fn names(dir: &Path) -> Vec<String> {
