@@ -166,6 +166,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         hosts_dir: agent.hosts_dir.clone(),
         daemonset: agent.daemonset.clone(),
         node_name: agent.node_name.clone(),
+        hosts_on_node: agent.node_config_path.clone(),
         resync: agent.resync,
         containerd_config: agent
             .containerd_config

@@ -361,8 +361,10 @@ pub struct NodeAgentArgs {
     #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "node_config_path")]
     pub containerd_config: Option<std::path::PathBuf>,
 
-    /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name.
-    #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH", requires = "containerd_config")]
+    /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name, and what an
+    /// agent compares with its DaemonSet's as it stops (when the DaemonSet now mounts another directory, the agent
+    /// removes its files from this one).
+    #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH")]
     pub node_config_path: Option<String>,
 
     /// The node this agent runs on (the chart passes spec.nodeName): its state is kept in the NodePullState of that

@@ -1021,9 +1021,11 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     let reads = format!("reads registry hosts from {}", node().hosts_dir().display());
     assert!(report.contains(&reads) && report.contains("nodeAgent.configPath"), "{report}");
 
-    // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours).
+    // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours),
+    // and the files in the old directory, which no agent reads now, are gone.
     helm_upgrade("configpath", &ns, &isolated_release_values(&ns, &agent_on()));
     wait_hosts_toml(&address, "configPath fixed", |t| t.is_some()).await;
+    assert!(!elsewhere.join(&address).exists(), "the file in the old configPath was left behind");
     apply_in(&client, &ns, app_pod("read", &image)).await;
     wait_phase(&client, &ns, "read", &["Running"]).await;
     let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";

@@ -2,7 +2,9 @@
 //! it watches the one ConfigMap holding the node plan (nothing cluster-wide) and keeps containerd's hosts directory
 //! true to it ([`crate::node::files`]). It re-checks the directory every `resync`, so a directory emptied by hand or
 //! a node's fresh disk is written again without a restart. When its DaemonSet is gone (uninstall, or the feature
-//! turned off) it removes what it wrote before it exits; a rolling update keeps the files for the next pod. It
+//! turned off), or now mounts another hosts directory (`nodeAgent.configPath` changed), it removes what it wrote
+//! before it exits; any other rolling update keeps the files for the next pod. It keeps its node's NodePullState
+//! ([`crate::node::state`]) for `doctor`. It
 //! serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
@@ -42,6 +44,9 @@ pub struct AgentSettings {
     pub daemonset: Option<String>,
     /// The node it runs on, whose NodePullState it keeps; `None` keeps none.
     pub node_name: Option<String>,
+    /// `hosts_dir` as the node sees it: when the DaemonSet's pods mount another one, a stopping agent removes its
+    /// files here, which no agent would see again.
+    pub hosts_on_node: Option<String>,
     pub resync: Duration,
     /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_dir`.
     pub containerd_config: Option<ContainerdConfig>,
@@ -184,9 +189,9 @@ pub async fn run(
         }
     }
     told.finish().await;
-    if daemonset_gone(&client, &settings).await {
+    if let Some(why) = leaving(&client, &settings).await {
         let removed = sync(&settings, &owner, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
-        info!(removed, "the agent's DaemonSet is gone: its files are removed");
+        info!(removed, "{}: this agent's files are removed", safe(&why));
     }
     Ok(())
 }
@@ -315,19 +320,52 @@ fn read_plan(configmap: &ConfigMap) -> (Option<Applied>, Option<u32>) {
     }
 }
 
-/// Whether the DaemonSet is gone or going. Anything short of seeing it alive counts as gone: on uninstall its
-/// Role and ServiceAccount go at the same moment, so the answer may be a refusal rather than "not found".
-async fn daemonset_gone(client: &Client, settings: &AgentSettings) -> bool {
-    let Some(name) = &settings.daemonset else {
-        return false;
-    };
+/// Why this node's files go as the agent stops, if they do: its DaemonSet is gone or going (uninstall, the agent
+/// turned off), or its pods now write into another directory (`nodeAgent.configPath` changed), where the next agent
+/// will not see them. Anything short of seeing it alive counts as gone: on uninstall its Role and ServiceAccount go
+/// at the same moment, so the answer may be a refusal rather than "not found".
+async fn leaving(client: &Client, settings: &AgentSettings) -> Option<String> {
+    let name = settings.daemonset.as_ref()?;
     let api = Api::<DaemonSet>::namespaced(client.clone(), &settings.namespace);
     match api.get_opt(name).await {
-        Ok(Some(daemonset)) => daemonset.metadata.deletion_timestamp.is_some(),
-        Ok(None) => true,
-        Err(error) => {
-            warn!(%error, "cannot tell whether the DaemonSet still exists: removing this node's files");
-            true
+        Ok(Some(daemonset)) if daemonset.metadata.deletion_timestamp.is_some() => {
+            Some("the agent's DaemonSet is being deleted".into())
         }
+        Ok(Some(daemonset)) => moved(&daemonset, settings.hosts_on_node.as_deref()?),
+        Ok(None) => Some("the agent's DaemonSet is gone".into()),
+        Err(error) => Some(format!("cannot tell whether the agent's DaemonSet still exists ({error})")),
+    }
+}
+
+/// The volume of the chart's DaemonSet that mounts containerd's hosts directory.
+const HOSTS_VOLUME: &str = "hosts";
+
+/// Why the files in `mine` (the hosts directory as the node sees it) go: `daemonset`'s pods mount another one.
+fn moved(daemonset: &DaemonSet, mine: &str) -> Option<String> {
+    let volumes = daemonset.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref()?;
+    let next = volumes.iter().find(|v| v.name == HOSTS_VOLUME)?.host_path.as_ref()?.path.as_str();
+    (next.trim_end_matches('/') != mine.trim_end_matches('/'))
+        .then(|| format!("the agent's DaemonSet now writes into {next} (nodeAgent.configPath changed from {mine})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemonset(hosts: &str) -> DaemonSet {
+        serde_json::from_value(serde_json::json!({
+            "spec": {"selector": {}, "template": {"spec": {"containers": [], "volumes": [
+                {"name": "containerd-config", "hostPath": {"path": "/etc/containerd"}},
+                {"name": HOSTS_VOLUME, "hostPath": {"path": hosts}},
+            ]}}}
+        }))
+        .expect("a DaemonSet")
+    }
+
+    #[test]
+    fn an_agent_whose_daemonset_now_mounts_another_directory_leaves_nothing_in_its_own() {
+        assert_eq!(moved(&daemonset("/etc/containerd/certs.d/"), "/etc/containerd/certs.d"), None);
+        let said = moved(&daemonset("/var/lib/rancher/k3s/agent/etc/containerd/certs.d"), "/etc/containerd/certs.d");
+        assert!(said.is_some_and(|s| s.contains("nodeAgent.configPath changed from /etc/containerd/certs.d")));
     }
 }
