@@ -24,8 +24,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{error, info, warn};
 
 use crate::backoff;
-use crate::cli::text::safe;
-use crate::controller::events::EventLog;
+use crate::escape::safe;
+use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
 use crate::node::files::{self, Owner, Report};
 use crate::node::runtime::{self, RuntimeCheck};

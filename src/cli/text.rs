@@ -4,34 +4,7 @@
 //! line the commands print goes through [`safe`]: control characters (C0, DEL, C1) and invisible formatting
 //! characters become `\u{..}`.
 
-use std::borrow::Cow;
-use std::fmt::Write;
-
-/// Whether printing `c` as is could do more than show a glyph.
-fn dangerous(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            // Zero-width and bidirectional marks, embeddings, overrides and isolates; word joiner; BOM.
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
-            // Interlinear annotation and object replacement markers; language tags.
-            | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
-}
-
-/// `text` with every dangerous character written as `\u{..}`; borrowed when there is none.
-pub fn safe(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(dangerous) {
-        return Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if dangerous(c) {
-            let _ = write!(escaped, "\\u{{{:x}}}", u32::from(c));
-        } else {
-            escaped.push(c);
-        }
-    }
-    Cow::Owned(escaped)
-}
+pub use crate::escape::safe;
 
 /// Prints each line of `text` to standard output, escaped.
 pub fn print(text: &str) {
@@ -62,22 +35,3 @@ macro_rules! shout {
     ($($arg:tt)*) => { $crate::cli::text::eprint(&format!($($arg)*)) };
 }
 pub(crate) use shout;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escape_sequences_and_invisible_reordering_are_shown_not_obeyed() {
-        let forged = "\u{1b}]52;c;cGF5bG9hZA==\u{7}\u{1b}]0;title\u{7}\u{1b}[2J\u{1b}[HPUBLISHED OK\r\u{9b}31m";
-        let shown = safe(forged);
-        assert!(!shown.chars().any(dangerous), "{shown}");
-        assert_eq!(
-            shown,
-            "\\u{1b}]52;c;cGF5bG9hZA==\\u{7}\\u{1b}]0;title\\u{7}\\u{1b}[2J\\u{1b}[HPUBLISHED OK\\u{d}\\u{9b}31m"
-        );
-        assert_eq!(safe("evil\u{202e}txt.exe\u{feff}"), "evil\\u{202e}txt.exe\\u{feff}");
-        assert_eq!(safe("tab\there\nnext"), "tab\\u{9}here\\u{a}next");
-        assert!(matches!(safe("host: \"localhost:5000\" — ünïcode ok"), Cow::Borrowed(_)), "plain text is untouched");
-    }
-}

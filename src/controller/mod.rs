@@ -4,7 +4,6 @@
 //! its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
 //! [`withdraw`] is the uninstall hook.
 
-pub(crate) mod events;
 pub mod node;
 pub mod publisher;
 pub mod pull;
