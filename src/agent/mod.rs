@@ -8,6 +8,7 @@
 //! serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
+mod runtime;
 mod state;
 
 use std::path::PathBuf;
@@ -27,11 +28,12 @@ use crate::backoff;
 use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
-use crate::node::files::{self, Owner, Report};
-use crate::node::runtime::{self, RuntimeCheck};
+use crate::node::files::{Owner, Report};
+use crate::node::runtime::RuntimeCheck;
 use crate::node::state::{Agent, NodeState, PlanApplied};
 use crate::node::{self, NodePlan, Notice, PLAN_FORMAT, PLAN_KEY, Reason, RuntimeFinding};
 pub use metrics::AgentMetrics;
+pub use runtime::{Containerd, ContainerdConfig, NodeRuntime};
 
 /// What the agent is told by its flags.
 #[derive(Clone, Debug)]
@@ -52,15 +54,6 @@ pub struct AgentSettings {
     pub containerd_config: Option<ContainerdConfig>,
 }
 
-/// Where the agent finds containerd's config, and what it must name.
-#[derive(Clone, Debug)]
-pub struct ContainerdConfig {
-    /// The config file, at its path on the node (the chart mounts its directory there, read-only).
-    pub file: PathBuf,
-    /// The hosts directory as the node sees it: what the config's `config_path` must name.
-    pub hosts_on_node: String,
-}
-
 /// What the agent reports through: its probes and its metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Reporting {
@@ -76,15 +69,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
-    if !settings.hosts_dir.is_dir() {
-        return Err(format!(
-            "{} is not a directory: mount containerd's config_path there (see the chart's nodeAgent.configPath)",
-            safe(&settings.hosts_dir.display().to_string())
-        ));
-    }
+    let owner = Owner::new(&settings.namespace, &settings.configmap);
+    let node_runtime = Containerd::new(settings.hosts_dir.clone(), owner, settings.containerd_config.clone())?;
+    let node_runtime: &dyn NodeRuntime = &node_runtime;
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),
-        hosts_dir = %safe(&settings.hosts_dir.display().to_string()),
+        hosts_dir = %safe(&node_runtime.location()),
         "keeping this node's registry hosts"
     );
     let api = Api::<ConfigMap>::namespaced(client.clone(), &settings.namespace);
@@ -113,7 +103,6 @@ pub async fn run(
     // A plan of a newer format than this agent knows: refused whole, the last plan stays in force.
     let mut too_new: Option<u32> = None;
     let mut last = Report::default();
-    let owner = Owner::new(&settings.namespace, &settings.configmap);
     let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
     let daemonset = settings.daemonset.as_deref();
     let mut state = settings
@@ -160,11 +149,11 @@ pub async fn run(
             _ = resync.tick() => {}
         }
         if let Some(applied) = &plan {
-            if let Some(report) = sync(&settings, &owner, &applied.plan, &last) {
+            if let Some(report) = sync(node_runtime, &applied.plan, &last) {
                 metrics.synced(&applied.plan, &report);
                 last = report;
             }
-            let found = check_runtime(settings.containerd_config.as_ref());
+            let found = node_runtime.check();
             if found != runtime {
                 metrics.runtime_checked(&found.check);
                 tell_runtime(&found);
@@ -190,7 +179,7 @@ pub async fn run(
     }
     told.finish().await;
     if let Some(why) = leaving(&client, &settings).await {
-        let removed = sync(&settings, &owner, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
+        let removed = sync(node_runtime, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
         info!(removed, "{}: this agent's files are removed", safe(&why));
     }
     Ok(())
@@ -245,8 +234,8 @@ async fn keep_state(
 
 /// One pass; logs what changed, and a foreign directory or failure only when it differs from the last pass.
 /// `None` when the directory could not be read.
-fn sync(settings: &AgentSettings, owner: &Owner, plan: &NodePlan, last: &Report) -> Option<Report> {
-    let report = match files::sync(&settings.hosts_dir, plan, owner) {
+fn sync(node_runtime: &dyn NodeRuntime, plan: &NodePlan, last: &Report) -> Option<Report> {
+    let report = match node_runtime.apply(plan) {
         Ok(report) => report,
         Err(error) => {
             error!(%error, "reading the hosts directory failed");
@@ -270,18 +259,6 @@ fn sync(settings: &AgentSettings, owner: &Owner, plan: &NodePlan, last: &Report)
         }
     }
     Some(report)
-}
-
-/// Whether containerd reads the hosts directory, as its config file says now (containerd reads it at its start,
-/// so a fixed config shows here before containerd has restarted; the file is cheap to read at every pass).
-fn check_runtime(config: Option<&ContainerdConfig>) -> RuntimeFinding {
-    let Some(config) = config else {
-        return RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
-    };
-    let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
-    let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node);
-    let said = runtime::describe(&check, &config.file.display().to_string(), &config.hosts_on_node);
-    RuntimeFinding { check, said }
 }
 
 fn tell_runtime(found: &RuntimeFinding) {

@@ -13,11 +13,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use crate::events::EventLog;
 use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
 use crate::escape::safe;
+use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Task};
 use crate::keys::MANAGER;
 use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason, node_watch_sets};

@@ -12,10 +12,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::events::EventLog;
 use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::{self, Backoff};
+use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Task};
 use crate::hosting::configmap::Stored;
 use crate::publish::{self, Action, Decision, Memory, Notice, Published, Reason};

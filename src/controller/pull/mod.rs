@@ -10,10 +10,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span};
 
-use crate::events::EventLog;
 use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
+use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Task};
 use crate::publish::Published;
 use crate::pull::{self, Interest, Notice, Observed, pull_watch_sets};
