@@ -4,6 +4,7 @@
 //! its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
 //! [`withdraw`] is the uninstall hook.
 
+mod follow;
 pub mod node;
 pub mod publisher;
 pub mod pull;

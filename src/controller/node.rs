@@ -1,7 +1,7 @@
 //! The node-plan task (`--node-plan-configmap`): follows the registry the publisher hands on, and the CA bundle a
 //! TLS registry names, and keeps [`node::plan`] of them in one ConfigMap of the controller's own namespace, which is
-//! all a node agent reads. It writes only when the plan changed, and retries on its own clock, so the ConfigMap
-//! path never waits for it.
+//! all a node agent reads. It writes only when the plan changed, and retries on its own clock (the loop every
+//! following concern shares, [`follow::run`]), so the ConfigMap path never waits for it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,15 +10,14 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
-use tokio::time::Instant;
-use tracing::{debug, error, info, warn};
+use tracing::{info, warn};
 
-use super::watch::{Signals, WatchSets, settle, watch_sets};
+use super::follow::{self, Concern, Follow};
+use super::watch::{Signals, settle, watch_sets};
 use super::{Context, Error, Handoff};
-use crate::backoff::RetryClock;
 use crate::escape::safe;
 use crate::events::EventLog;
-use crate::health::{HEARTBEAT, Task};
+use crate::health::Task;
 use crate::keys::MANAGER;
 use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason, node_watch_sets};
 use crate::publish::Published;
@@ -46,14 +45,18 @@ pub async fn observe(
     }
 }
 
+/// The task: the shared follower loop ([`follow::run`]) around [`Planning`].
 pub struct NodePlanner {
+    follow: Follow<Watches>,
+    planning: Planning,
+}
+
+/// What is this concern's own: where the plan goes, what it holds, and the Event log.
+struct Planning {
     api: Api<ConfigMap>,
     target: NodePlanTarget,
-    signals: Signals,
-    watches: Watches,
     events: EventLog<Notice>,
-    context: Context,
-    published: watch::Receiver<Handoff>,
+    metrics: crate::metrics::Metrics,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
     /// The last problems logged (the CA bundle's, the refused addresses'), so each is logged once.
@@ -68,77 +71,47 @@ impl NodePlanner {
         published: watch::Receiver<Handoff>,
     ) -> Self {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
-        Self {
+        let planning = Planning {
             api: Api::namespaced(client.clone(), &target.namespace),
             events: EventLog::start(client.clone(), "PlanNodes", &context.instance),
-            watches: Watches::new(client, &signals),
-            signals,
+            metrics: context.metrics.clone(),
             target,
-            context,
-            published,
             stored: None,
             logged: (None, None),
-        }
+        };
+        Self { follow: Follow { watches: Watches::new(client, &signals), signals, published, context }, planning }
     }
 
     /// Keeps the plan until `shutdown` completes.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        info!(configmap = %self.target, "keeping the node plan");
-        futures::pin_mut!(shutdown);
-        let health = self.context.health.clone();
-        health.start(Task::NodePlan);
-        let mut retry = RetryClock::for_writes();
-        let mut heartbeat = tokio::time::interval(HEARTBEAT);
-        loop {
-            let trigger = tokio::select! {
-                () = &mut shutdown => break,
-                () = self.signals.changed.notified() => "change",
-                Ok(()) = self.published.changed() => "published",
-                () = retry.due() => "retry",
-                Ok(()) = self.context.leading.changed() => "leadership",
-                _ = heartbeat.tick() => {
-                    health.beat(Task::NodePlan, self.watches.alive());
-                    continue;
-                }
-            };
-            retry.disarm();
-            let published = match self.published.borrow().clone() {
-                Handoff::Pending => continue,
-                // The plan matching the document readers still see stays as it is.
-                Handoff::Kept => {
-                    health.set_synced(Task::NodePlan, true);
-                    continue;
-                }
-                Handoff::Decided(published) => published,
-            };
-            let settled = settle(&mut self.watches, &self.signals, |_| node::interest(published.as_deref()));
-            health.set_synced(Task::NodePlan, settled.is_some());
-            self.context.metrics.watching(CONTROLLER, self.watches.count());
-            let Some(observed) = settled else {
-                debug!(trigger, "waiting for the CA bundle's watch to sync");
-                continue;
-            };
-            if !*self.context.leading.borrow() {
-                continue;
-            }
-            let decision = node::decide(published.as_deref(), &observed, &self.target.allowed_addresses);
-            self.context.metrics.node_addresses_refused(decision.refused.len());
-            self.tell_problems(published.as_deref(), &decision);
-            let started = Instant::now();
-            let outcome = self.keep(decision.plan).await;
-            self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
-            match outcome {
-                Ok(()) => retry.succeeded(),
-                Err(error) => {
-                    let after = retry.failed();
-                    self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
-                    error!(%error, trigger, reason = error.metric_label(), retry_in = ?after, "the node plan was not written");
-                }
-            }
-        }
-        self.events.finish().await;
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        info!(configmap = %self.planning.target, "keeping the node plan");
+        follow::run(self.planning, self.follow, shutdown).await;
+    }
+}
+
+impl Concern for Planning {
+    type Watches = Watches;
+    const TASK: Task = Task::NodePlan;
+    const CONTROLLER: &'static str = CONTROLLER;
+    const FAILED: &'static str = "the node plan was not written";
+
+    fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {
+        node::interest(published)
     }
 
+    async fn pass(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
+        let decision = node::decide(published, observed, &self.target.allowed_addresses);
+        self.metrics.node_addresses_refused(decision.refused.len());
+        self.tell_problems(published, &decision);
+        self.keep(decision.plan).await
+    }
+
+    async fn finish(self) {
+        self.events.finish().await;
+    }
+}
+
+impl Planning {
     /// Tells why the published registry, or some of its addresses, get no node file: logged once, and an Event on
     /// its Service for as long as it lasts.
     fn tell_problems(&mut self, published: Option<&Published>, decision: &node::Decision) {
@@ -184,7 +157,7 @@ impl NodePlanner {
             .patch(&self.target.name, &params, &Patch::Apply(desired(&self.target, &plan)))
             .await
             .map_err(|source| Error::Apply { target: self.target.to_string(), source })?;
-        self.context.metrics.wrote("apply");
+        self.metrics.wrote("apply");
         info!(configmap = %self.target, hosts = plan.hosts.len(), "node plan written");
         self.stored = Some(plan);
         Ok(())

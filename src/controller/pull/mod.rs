@@ -1,20 +1,20 @@
 //! The pull-credentials task (`--pull-secrets`): follows the registry the publisher hands on, with watches, a sync
 //! gate, a retry clock, Events and metrics of its own, so a refusal in one tenant's namespace never delays or
-//! retries the ConfigMap. Each pass: settle the watches, snapshot, [`pull::plan`], carry it out, report.
+//! retries the ConfigMap. Each pass (in the loop every following concern shares, [`follow::run`]): settle the
+//! watches, snapshot, [`pull::plan`], carry it out, report.
 
 mod writer;
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
-use tracing::{Instrument, debug, error, info, info_span};
+use tracing::info;
 
-use super::watch::{Signals, WatchSets, settle, watch_sets};
+use super::follow::{self, Concern, Follow};
+use super::watch::{Signals, settle, watch_sets};
 use super::{Context, Error, Handoff};
-use crate::backoff::RetryClock;
 use crate::events::EventLog;
-use crate::health::{HEARTBEAT, Task};
+use crate::health::Task;
 use crate::publish::Published;
 use crate::pull::{self, Interest, Notice, Observed, pull_watch_sets};
 use crate::settings::PullSecrets;
@@ -37,15 +37,17 @@ pub async fn observe(client: &kube::Client, published: Option<&Published>, setti
     }
 }
 
+/// The task: the shared follower loop ([`follow::run`]) around [`Distribution`].
 pub struct PullDistributor {
+    follow: Follow<Watches>,
+    distribution: Distribution,
+}
+
+/// What is this concern's own: the settings, the writer and the Event log.
+struct Distribution {
     settings: PullSecrets,
-    signals: Signals,
-    watches: Watches,
     writer: PullWriter,
     events: EventLog<Notice>,
-    context: Context,
-    /// The registry readers see, as the publisher hands it on.
-    published: watch::Receiver<Handoff>,
 }
 
 impl PullDistributor {
@@ -56,78 +58,33 @@ impl PullDistributor {
         published: watch::Receiver<Handoff>,
     ) -> Self {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
-        Self {
+        let distribution = Distribution {
             writer: PullWriter::new(client.clone(), context.metrics.clone()),
             events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
-            watches: Watches::new(client, &signals),
-            signals,
             settings,
-            context,
-            published,
-        }
+        };
+        Self { follow: Follow { watches: Watches::new(client, &signals), signals, published, context }, distribution }
     }
 
     /// Distributes until `shutdown` completes.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        info!(secret = %self.settings.name, "distributing the published registry's pull credentials");
-        futures::pin_mut!(shutdown);
-        let health = self.context.health.clone();
-        health.start(Task::PullSecrets);
-        let mut retry = RetryClock::for_writes();
-        let mut heartbeat = tokio::time::interval(HEARTBEAT);
-        loop {
-            let trigger = tokio::select! {
-                () = &mut shutdown => break,
-                () = self.signals.changed.notified() => "change",
-                Ok(()) = self.published.changed() => "published",
-                () = retry.due() => "retry",
-                Ok(()) = self.context.leading.changed() => "leadership",
-                _ = heartbeat.tick() => {
-                    health.beat(Task::PullSecrets, self.watches.alive());
-                    continue;
-                }
-            };
-            retry.disarm();
-            let published = match self.published.borrow().clone() {
-                // Until the publisher has decided, nothing is known about what readers see: nothing is withdrawn.
-                Handoff::Pending => continue,
-                // The Secrets of the document readers still see stay as they are.
-                Handoff::Kept => {
-                    health.set_synced(Task::PullSecrets, true);
-                    continue;
-                }
-                Handoff::Decided(published) => published,
-            };
-            let settings = &self.settings;
-            let settled =
-                settle(&mut self.watches, &self.signals, |o| pull::interest(published.as_deref(), o, settings));
-            health.set_synced(Task::PullSecrets, settled.is_some());
-            self.context.metrics.watching(CONTROLLER, self.watches.count());
-            let Some(observed) = settled else {
-                debug!(trigger, "waiting for the pull watches to sync");
-                continue;
-            };
-            if !*self.context.leading.borrow() {
-                continue;
-            }
-            let started = Instant::now();
-            let span = info_span!("reconcile", controller = CONTROLLER, trigger);
-            let outcome = self.reconcile(published.as_deref(), &observed).instrument(span).await;
-            self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
-            match outcome {
-                Ok(()) => retry.succeeded(),
-                Err(error) => {
-                    let after = retry.failed();
-                    self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
-                    error!(%error, reason = error.metric_label(), retry_in = ?after, "pull Secret distribution failed");
-                }
-            }
-        }
-        self.events.finish().await;
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        info!(secret = %self.distribution.settings.name, "distributing the published registry's pull credentials");
+        follow::run(self.distribution, self.follow, shutdown).await;
+    }
+}
+
+impl Concern for Distribution {
+    type Watches = Watches;
+    const TASK: Task = Task::PullSecrets;
+    const CONTROLLER: &'static str = CONTROLLER;
+    const FAILED: &'static str = "pull Secret distribution failed";
+
+    fn interest(&self, published: Option<&Published>, observed: &Observed) -> Interest {
+        pull::interest(published, observed, &self.settings)
     }
 
     /// One pass: plan, carry out, tell.
-    async fn reconcile(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
+    async fn pass(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
         let plan = pull::plan(published, observed, &self.settings);
         let mut notices = plan.notices.clone();
         let carried = if plan.is_empty() {
@@ -137,6 +94,10 @@ impl PullDistributor {
         };
         self.events.record(notices);
         carried
+    }
+
+    async fn finish(self) {
+        self.events.finish().await;
     }
 }
 
