@@ -225,14 +225,57 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("registry.nodeAddress=::", "registry.nodeAddress \"::\": nothing can connect to it"),
         ("registry.nodeAddress=fe80::1", "registry.nodeAddress \"fe80::1\": a link-local IPv6 address"),
         ("registry.nodeAddress=255.255.255.255", "registry.nodeAddress \"255.255.255.255\": nothing can connect"),
-        ("registry.nodeAddress=010.0.0.1", "registry.nodeAddress \"010.0.0.1\": all digits but no canonical IPv4"),
-        ("registry.nodeAddress=256.1.1.1", "registry.nodeAddress \"256.1.1.1\": all digits but no canonical IPv4"),
+        ("registry.nodeAddress=010.0.0.1", "registry.nodeAddress \"010.0.0.1\": a numeric host that is not four"),
+        ("registry.nodeAddress=256.1.1.1", "registry.nodeAddress \"256.1.1.1\": a numeric host that is not four"),
+        ("registry.nodeAddress=0x7f.0.0.1", "registry.nodeAddress \"0x7f.0.0.1\": a numeric host that is not four"),
+        // Refused by the schema's pattern (no dot, not an address).
+        ("registry.nodeAddress=0x7f000001", "/registry/nodeAddress"),
     ] {
         let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{value} was accepted");
         assert!(stderr.contains(needle), "{value}: {stderr}");
     }
+}
+
+/// Node files are written for the registries' own addresses and those the admin lists; kind and k3d list their
+/// registry container's, which the chart itself describes.
+#[test]
+fn the_node_agents_allowed_addresses_are_the_admins_and_the_distributions_container() {
+    let render = |values: &str| ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "--set", values]));
+    let allowed =
+        |rendered: &str| controller_args(rendered).into_iter().find(|a| a.starts_with("--node-allowed-addresses="));
+    assert_eq!(allowed(&render("nodeAgent.enabled=true")), None, "nothing besides each registry's own by default");
+    assert_eq!(
+        allowed(&render("nodeAgent.enabled=true,nodeAgent.allowedAddresses={registry.example:5000,*.corp.example}")),
+        Some("--node-allowed-addresses=registry.example:5000,*.corp.example".into())
+    );
+    assert_eq!(
+        allowed(&render("distribution=kind,nodeAgent.enabled=true")),
+        Some("--node-allowed-addresses=kind-registry:5000,localhost:5001".into())
+    );
+    assert_eq!(
+        allowed(&render("distribution=k3d,nodeAgent.enabled=true,nodeAgent.allowedAddresses={docker.io}")),
+        Some("--node-allowed-addresses=docker.io,k3d-registry:5000,k3d-registry.localhost:5111".into())
+    );
+    let output = tool(
+        "helm",
+        &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true,nodeAgent.allowedAddresses={Docker.IO/x}"],
+    );
+    assert!(!output.status.success(), "an address with upper case and a path is refused");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("nodeAgent.allowedAddresses: \"Docker.IO/x\" is not host[:port]"), "{stderr}");
+    // The agents run on Linux nodes only, whatever else the admin selects.
+    let rendered = render("nodeAgent.enabled=true,nodeAgent.nodeSelector.pool=build");
+    let daemonset = &rendered_objects(&rendered, "DaemonSet")[0];
+    let selector = &daemonset["spec"]["template"]["spec"]["nodeSelector"];
+    assert_eq!((selector["kubernetes.io/os"].as_str(), selector["pool"].as_str()), (Some("linux"), Some("build")));
+    // Its state's type comes with the chart (crds/), not with a release: several releases share it.
+    let crds = ok(tool("helm", &["template", "lrp", &chart(), "--include-crds", "--set", "nodeAgent.enabled=true"]));
+    let crd = rendered_objects(&crds, "CustomResourceDefinition");
+    assert_eq!(crd.len(), 1);
+    assert_eq!(crd[0]["metadata"]["name"], "nodepullstates.local-registry-publisher.io");
+    assert!(rendered_objects(&render("nodeAgent.enabled=true"), "CustomResourceDefinition").is_empty());
 }
 
 #[test]

@@ -95,10 +95,16 @@ pub fn check(value: &str) -> Result<Host, String> {
         }
         return Ok(Host::V4(ip));
     }
-    // `256.1.1.1` or `010.0.0.1` is no IPv4 address in canonical form, and parsers disagree on it (some read `010`
-    // as octal, others as decimal or a name).
-    if name.split('.').all(|label| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit())) {
-        return Err(format!("{name:?} is all digits but not an IPv4 address in canonical form (like 10.0.0.1)"));
+    // `256.1.1.1`, `010.0.0.1`, `0x7f.0.0.1` or `2130706433` is no IPv4 address in canonical form, and parsers
+    // disagree on it: inet_aton, browsers and some Go and C libraries read hex, octal and fewer than four parts as
+    // 127.0.0.1 or 10.0.0.1, others read a name or refuse it.
+    if numeric_ipv4_spelling(name) {
+        return Err(
+            "has a numeric host that is not four dotted decimal octets (hex, octal, a leading zero, fewer parts or an \
+             octet over 255), which parsers read differently; write an IPv4 address as four decimal octets, like \
+             10.0.0.1"
+                .into(),
+        );
     }
     dns_name(name)?;
     Ok(Host::Name(name.to_string()))
@@ -109,6 +115,17 @@ pub fn host_and_port(value: &str) -> Result<(Host, Option<u16>), String> {
     let host = check(value)?;
     let (_, port) = split(value)?;
     Ok((host, port.and_then(|port| port.parse().ok())))
+}
+
+/// Whether `name` is what inet_aton and its kin would read as an IPv4 address although it is not four decimal
+/// octets: one to four dot-separated parts, each decimal digits or `0x` and hex digits.
+fn numeric_ipv4_spelling(name: &str) -> bool {
+    let numeric = |part: &str| {
+        let hex = part.strip_prefix("0x").is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_hexdigit()));
+        hex || (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() <= 4 && parts.iter().all(|part| numeric(part))
 }
 
 fn split(value: &str) -> Result<(&str, Option<&str>), String> {
@@ -216,10 +233,14 @@ mod tests {
             ("fd00::1:5000", "brackets"),
             ("0.0.0.0:5000", "listen address"),
             ("255.255.255.255:5000", "broadcast"),
-            ("256.1.1.1:5000", "canonical form"),
-            ("010.0.0.1:5000", "canonical form"),
-            ("1.2.3:5000", "canonical form"),
-            ("12345", "canonical form"),
+            ("256.1.1.1:5000", "four dotted decimal octets"),
+            ("010.0.0.1:5000", "four dotted decimal octets"),
+            ("1.2.3:5000", "four dotted decimal octets"),
+            ("12345", "four dotted decimal octets"),
+            ("0x7f.0.0.1:5000", "four dotted decimal octets"),
+            ("0x7f000001:5000", "four dotted decimal octets"),
+            ("0x7f.1:5000", "four dotted decimal octets"),
+            ("0x:5000", "four dotted decimal octets"),
         ];
         for (value, rule) in cases {
             let error = check(value).expect_err(value);

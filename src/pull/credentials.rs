@@ -49,21 +49,21 @@ impl Credentials {
     pub fn from_source(data: &BTreeMap<String, ByteString>) -> Result<Self, String> {
         let value = |key: &str| -> Result<Option<String>, String> {
             let Some(bytes) = data.get(key) else { return Ok(None) };
-            let text = String::from_utf8(bytes.0.clone()).map_err(|_| format!("key {key:?} is not UTF-8 text"))?;
+            let text = String::from_utf8(bytes.0.clone()).map_err(|_| format!("its key {key:?} is not UTF-8 text"))?;
             let text = without_line_break(&text).to_string();
             if text.is_empty() {
-                return Err(format!("key {key:?} is empty"));
+                return Err(format!("its key {key:?} is empty"));
             }
             Ok(Some(text))
         };
         let (username, password, token) = (value(keys::USERNAME)?, value(keys::PASSWORD)?, value(keys::TOKEN)?);
         let (username, secret) = match (username, password, token) {
-            (_, Some(_), Some(_)) => return Err("holds both \"password\" and \"token\"; keep one".into()),
+            (_, Some(_), Some(_)) => return Err("it holds both \"password\" and \"token\"; keep one".into()),
             (Some(username), Some(password), None) => (Some(username), password),
-            (None, Some(_), None) => return Err("has a \"password\" but no \"username\"".into()),
+            (None, Some(_), None) => return Err("it has a \"password\" but no \"username\"".into()),
             (username, None, Some(token)) => (username, token),
             (_, None, None) => {
-                return Err("holds neither \"username\" and \"password\" nor \"token\"".into());
+                return Err("it holds neither \"username\" and \"password\" nor \"token\"".into());
             }
         };
         Self::new(username, secret)

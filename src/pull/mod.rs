@@ -239,7 +239,7 @@ fn desired(published: Option<&Published>, observed: &Observed, notices: &mut Vec
                     let addresses = credentials::addresses(&registry.document);
                     Desired::Config(credentials::docker_config(&addresses, &credentials))
                 }
-                Err(why) => keep(Reason::PullSecretInvalid, format!("is not usable: it {why}"), notices),
+                Err(why) => keep(Reason::PullSecretInvalid, format!("is not usable: {why}"), notices),
             },
         },
     }
