@@ -422,7 +422,7 @@ async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
     assert!(!text.contains("PUBLISHED OK"), "the forged Event is not shown as the controller's: {text}");
     assert!(text.contains("the controller's last Event on it: Published: published to"), "{text}");
     assert!(
-        text.contains("1 Event(s) on these registries claim to come from the controller but name no running"),
+        text.contains("1 Event(s) on these registries claim to come from the controller but name none of its pods"),
         "{text}"
     );
     controller.stop().await;
@@ -471,6 +471,43 @@ async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
     assert_eq!(output.status.code(), Some(4), "{stderr}");
     assert_eq!(raw_control(&stderr), None, "{stderr:?}");
     assert!(stderr.contains("reg/zot\\u{1b}]0;pwned\\u{7}"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_look_alike_controller_pod_that_an_edit_user_creates_is_reported_and_never_used() {
+    let s = Scenario::new("cli-lookalike").await;
+    let controller = s.start_in_pod().await;
+    s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
+    s.wait_cluster_host("zot", 5000).await;
+    s.wait_event("zot", "Published").await;
+    // A user holding only `edit` in her own namespace: a pod with the chart's labels, sorted before the real one,
+    // whose arguments would allow her namespace and send readers to her page, and an Event claiming to be its.
+    let plane = ControlPlane::shared();
+    let tenant_ns = plane.namespace(&s.client, "aaa-lookalike").await.expect("namespace");
+    let tenant = edit_only_client(&s.client, plane.kubeconfig(), &tenant_ns).await;
+    let mut args = controller_args(&s.settings);
+    args.extend([format!("--allowed-namespaces={tenant_ns}"), "--help-url=https://evil.example/setup".into()]);
+    let look_alike = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "aaa-controller", "labels": {
+            "app.kubernetes.io/part-of": "local-registry-publisher", "app.kubernetes.io/component": "controller"}},
+        "spec": {"containers": [{"name": "controller", "image": "local-registry-publisher:test", "args": args}]}});
+    apply_in(&tenant, &tenant_ns, look_alike).await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(s.client.clone(), &tenant_ns);
+    let running = wait_until(SOON, || async {
+        (pods.get("aaa-controller").await.ok()?.status?.phase? == "Running").then_some(())
+    });
+    assert!(running.await.is_some(), "the look-alike pod runs");
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(0), "{text}");
+    let source = format!("settings: those of controller pod {0}/lrp-controller-{0} (its arguments)", s.ns);
+    assert!(text.contains(&source), "{text}");
+    let reported =
+        format!("pod {tenant_ns}/aaa-controller looks like a controller (its labels) but its ServiceAccount");
+    assert!(text.contains(&reported) && text.contains("not the controller, not used"), "{text}");
+    assert!(!text.contains("evil.example"), "{text}");
+    assert!(text.contains(&format!("controller pod {0}/lrp-controller-{0}: Running", s.ns)), "{text}");
+    controller.stop().await;
+    plane.delete_namespace(&s.client, &tenant_ns).await.expect("delete namespace");
 }
 
 #[test]

@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 
+use super::controllers::{self, ControllerPod, controller_pods};
 use super::text::{say, shout};
 use super::{EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, published_status, readers};
 use crate::controller::{publisher, pull as pull_task};
@@ -41,7 +42,7 @@ pub struct FromCluster {
 /// alarm. Without such a controller, the flags stand in for it.
 pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
     let target = flags.target();
-    let pods = controller_pods(&client).await;
+    let pods = controller_pods(&client, flags).await;
     let (settings, source, kept) = effective_settings(flags, &pods);
     let settings = &settings;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &settings.configmap_namespace);
@@ -109,8 +110,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     }
     let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
-    let running: Vec<&str> = match &pods {
-        Ok(pods) => pods.iter().filter(|p| p.phase == "Running").map(|p| p.name.as_str()).collect(),
+    let genuine: Vec<&ControllerPod> = match &pods {
+        Ok(pods) => pods.iter().filter(|p| p.genuine != Some(false)).collect(),
         Err(()) => Vec::new(),
     };
     let mut unverified = 0;
@@ -136,7 +137,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             _ => notices.iter().map(|n| &*n.message).collect::<Vec<_>>().join("; "),
         };
         say!("  {} ({state}): {verdict}", registry.id);
-        let (verified, claimed) = last_event(&events, &registry.id, &running);
+        let (verified, claimed) = last_event(&events, &registry.id, &genuine);
         if let Some((reason, note)) = verified {
             say!("    the controller's last Event on it: {reason}: {note}");
         }
@@ -170,8 +171,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     };
     if unverified > 0 {
         say!(
-            "  {unverified} Event(s) on these registries claim to come from the controller but name no running \
-             controller pod: not shown (anyone who may create Events can write them)"
+            "  {unverified} Event(s) on these registries claim to come from the controller but name none of its \
+             pods: not shown (anyone who may create Events can write them)"
         );
     }
     if stale {
@@ -283,13 +284,13 @@ async fn controller_events<'a>(
     found
 }
 
-/// The newest Event on a registry Service that a running controller pod recorded (its `reportingInstance` is that
-/// pod's name), and how many others claim to be the controller's without naming one: anyone who may create Events
-/// can write `reportingController: local-registry-publisher`.
+/// The newest Event on a registry Service that the controller recorded (its `reportingInstance` is a pod of the
+/// controller's Deployment, running now or replaced since), and how many others claim to be the controller's
+/// without naming one: anyone who may create Events can write `reportingController: local-registry-publisher`.
 fn last_event(
     events: &std::collections::BTreeMap<String, Vec<Event>>,
     id: &registry::ServiceId,
-    running: &[&str],
+    controllers: &[&ControllerPod],
 ) -> (Option<(String, String)>, usize) {
     let on_it: Vec<&Event> = events
         .get(&id.namespace)
@@ -297,29 +298,13 @@ fn last_event(
         .flatten()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()))
         .collect();
-    let tied = |e: &&Event| e.reporting_instance.as_deref().is_some_and(|i| running.contains(&i));
+    let tied = |e: &&Event| e.reporting_instance.as_deref().is_some_and(|i| controllers.iter().any(|p| p.made(i)));
     let (verified, claimed): (Vec<&Event>, Vec<&Event>) = on_it.into_iter().partition(tied);
     let newest = verified
         .into_iter()
         .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
         .map(|e| (e.reason.clone().unwrap_or_default(), e.note.clone().unwrap_or_default()));
     (newest, claimed.len())
-}
-
-/// The chart's controller pods, whatever the release or name overrides.
-fn controller_pods_selector() -> kube::core::Selector {
-    use crate::watching::equal;
-    let mut selector = equal(keys::chart::PART_OF, keys::MANAGER);
-    selector.extend(equal(keys::chart::COMPONENT, keys::chart::CONTROLLER));
-    selector
-}
-
-/// A controller pod: where it runs, its phase, and the arguments its container runs with.
-struct ControllerPod {
-    namespace: String,
-    name: String,
-    phase: String,
-    args: Vec<String>,
 }
 
 /// The settings of the first running controller pod (by namespace and name) that publishes `flags`' ConfigMap,
@@ -331,7 +316,9 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
         let source = "this command's flags (controller pods cannot be listed with this identity)";
         return (flags.clone(), source.into(), false);
     };
-    let mut running: Vec<&ControllerPod> = pods.iter().filter(|p| p.phase == "Running").collect();
+    // A look-alike (the chart's labels, but no right to write the ConfigMap) is never taken for the controller.
+    let mut running: Vec<&ControllerPod> =
+        pods.iter().filter(|p| p.phase == "Running" && p.genuine != Some(false)).collect();
     running.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     for pod in running {
         let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
@@ -350,30 +337,6 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
     (flags.clone(), source, false)
 }
 
-/// The controller pods; `Err` when this identity may not list pods.
-async fn controller_pods(client: &Client) -> Result<Vec<ControllerPod>, ()> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let list = pods.list(&ListParams::default().labels_from(&controller_pods_selector())).await.map_err(drop)?;
-    Ok(list
-        .items
-        .iter()
-        .map(|pod| ControllerPod {
-            namespace: pod.namespace().unwrap_or_default(),
-            name: pod.name_any(),
-            phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
-            args: controller_args(pod),
-        })
-        .collect())
-}
-
-/// The controller container's arguments (the chart names it `controller`; else the pod's only container).
-fn controller_args(pod: &Pod) -> Vec<String> {
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
-    let container =
-        containers.iter().find(|c| c.name == "controller").or(containers.first().filter(|_| containers.len() == 1));
-    container.and_then(|c| c.args.clone()).unwrap_or_default()
-}
-
 /// Controller pods and who holds their Leases.
 async fn controllers(client: &Client, pods: &Result<Vec<ControllerPod>, ()>) {
     let Ok(pods) = pods else {
@@ -381,12 +344,29 @@ async fn controllers(client: &Client, pods: &Result<Vec<ControllerPod>, ()>) {
         return;
     };
     if pods.is_empty() {
-        say!("  controller pods: none found with labels {}", controller_pods_selector());
+        say!("  controller pods: none found with labels {}", controllers::selector());
     }
     for pod in pods {
-        say!("  controller pod {}/{}: {}", pod.namespace, pod.name, pod.phase);
+        match pod.genuine {
+            Some(true) => say!("  controller pod {}/{}: {}", pod.namespace, pod.name, pod.phase),
+            None => say!(
+                "  controller pod {}/{}: {} (not verified: this identity cannot ask whether its ServiceAccount may \
+                 write the ConfigMap)",
+                pod.namespace,
+                pod.name,
+                pod.phase
+            ),
+            Some(false) => say!(
+                "  pod {}/{} looks like a controller (its labels) but its ServiceAccount {} may not write the \
+                 ConfigMap: not the controller, not used",
+                pod.namespace,
+                pod.name,
+                pod.service_account
+            ),
+        }
     }
     // A leader's identity is its pod name and a random suffix (see `pod::name`), so its Lease is found by holder.
+    let pods: Vec<&ControllerPod> = pods.iter().filter(|p| p.genuine != Some(false)).collect();
     let held_by_a_pod = |holder: &str| pods.iter().any(|p| holder.starts_with(&format!("{}_", p.name)));
     let namespaces: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     for namespace in namespaces {

@@ -7,6 +7,7 @@
 //! registry in the input); 4 published but some reader rejects or misreads it (or, for `render`, a registry has a
 //! problem); 5 the cluster could not be read; 2 invalid flags or input.
 
+mod controllers;
 pub mod doctor;
 mod get;
 mod nodes;

@@ -152,13 +152,28 @@ impl Scenario {
     /// whose name the publisher's Events carry, as a pod's do.
     pub async fn start_in_pod(&self) -> Running {
         let name = format!("lrp-controller-{}", self.ns);
+        // Its ServiceAccount may write the ConfigMap, as the chart's may: what makes doctor take it for the
+        // controller.
+        let (configmap_ns, configmap) = (&self.settings.configmap_namespace, &self.settings.configmap_name);
+        self.apply(serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lrp"}}))
+            .await;
+        let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": format!("lrp-{}", self.ns), "namespace": configmap_ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [configmap],
+                "verbs": ["get", "create", "patch"]}]});
+        apply_in(&self.client, configmap_ns, role).await;
+        let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": format!("lrp-{}", self.ns), "namespace": configmap_ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("lrp-{}", self.ns)},
+            "subjects": [{"kind": "ServiceAccount", "name": "lrp", "namespace": self.ns}]});
+        apply_in(&self.client, configmap_ns, binding).await;
         self.apply(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {
                 "app.kubernetes.io/part-of": "local-registry-publisher",
                 "app.kubernetes.io/component": "controller"}},
-            "spec": {"containers": [{"name": "controller", "image": "local-registry-publisher:test",
-                "args": controller_args(&self.settings)}]}
+            "spec": {"serviceAccountName": "lrp", "containers": [{"name": "controller",
+                "image": "local-registry-publisher:test", "args": controller_args(&self.settings)}]}
         }))
         .await;
         let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), &self.ns);

@@ -1,0 +1,147 @@
+//! Which pods `doctor` takes for the controller. Labels prove nothing (anyone who may create pods can copy the
+//! chart's), so a labelled pod counts only when its ServiceAccount may write the ConfigMap being checked, as the
+//! API server itself answers (a SubjectAccessReview): a user with `edit` in some namespace cannot give her pod that
+//! right. A look-alike is reported as such and never read for settings or Events. The controller's own Events stay
+//! its own across pod replacements: an Event whose `reportingInstance` is a pod of the same Deployment (its name
+//! starts with the Deployment's) counts, so a `helm upgrade` does not make them look forged.
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::keys;
+use crate::settings::Settings;
+
+/// A pod labelled as the chart's controller: where it runs, its phase, the arguments its container runs with.
+pub struct ControllerPod {
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
+    pub args: Vec<String>,
+    pub service_account: String,
+    /// The Deployment it belongs to (its ReplicaSet's name without the template hash), if any.
+    deployment: Option<String>,
+    /// Whether its ServiceAccount may write the ConfigMap; `None` when this identity cannot ask.
+    pub genuine: Option<bool>,
+}
+
+impl ControllerPod {
+    /// Whether `instance` (an Event's `reportingInstance`) names this pod or another pod of its Deployment.
+    pub fn made(&self, instance: &str) -> bool {
+        if instance == self.name {
+            return true;
+        }
+        // A Deployment's pods are named `<deployment>-<template hash>-<suffix>`.
+        let Some(rest) = self.deployment.as_deref().and_then(|d| instance.strip_prefix(d)?.strip_prefix('-')) else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.split('-').collect();
+        parts.len() == 2 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+    }
+}
+
+/// The chart's controller pods' labels, whatever the release or name overrides.
+pub fn selector() -> kube::core::Selector {
+    use crate::watching::equal;
+    let mut selector = equal(keys::chart::PART_OF, keys::MANAGER);
+    selector.extend(equal(keys::chart::COMPONENT, keys::chart::CONTROLLER));
+    selector
+}
+
+/// The pods labelled as the controller, each checked against the ConfigMap `flags` name; `Err` when this identity
+/// may not list pods.
+pub async fn controller_pods(client: &Client, flags: &Settings) -> Result<Vec<ControllerPod>, ()> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let list = pods.list(&ListParams::default().labels_from(&selector())).await.map_err(drop)?;
+    let mut found = Vec::new();
+    for pod in &list.items {
+        let namespace = pod.namespace().unwrap_or_default();
+        let spec = pod.spec.as_ref();
+        let service_account = spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+        let genuine = may_write(client, &namespace, &service_account, flags).await;
+        let replica_set = pod.owner_references().iter().find(|o| o.kind == "ReplicaSet").map(|o| o.name.clone());
+        found.push(ControllerPod {
+            name: pod.name_any(),
+            phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            args: controller_args(pod),
+            deployment: replica_set.and_then(|rs| Some(rs.rsplit_once('-')?.0.to_string())),
+            namespace,
+            service_account,
+            genuine,
+        });
+    }
+    Ok(found)
+}
+
+/// Whether ServiceAccount `namespace/account` may patch the ConfigMap `flags` name, as the API server answers.
+async fn may_write(client: &Client, namespace: &str, account: &str, flags: &Settings) -> Option<bool> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{namespace}:{account}")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(flags.configmap_namespace.clone()),
+                verb: Some("patch".into()),
+                resource: Some("configmaps".into()),
+                name: Some(flags.configmap_name.clone()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
+    Some(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// The controller container's arguments (the chart names it `controller`; else the pod's only container).
+fn controller_args(pod: &Pod) -> Vec<String> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let container =
+        containers.iter().find(|c| c.name == "controller").or(containers.first().filter(|_| containers.len() == 1));
+    container.and_then(|c| c.args.clone()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, deployment: Option<&str>) -> ControllerPod {
+        ControllerPod {
+            namespace: "lrp".into(),
+            name: name.into(),
+            phase: "Running".into(),
+            args: Vec::new(),
+            service_account: "lrp".into(),
+            deployment: deployment.map(String::from),
+            genuine: Some(true),
+        }
+    }
+
+    #[test]
+    fn events_of_the_deployments_earlier_pods_are_its_own_and_no_other_name_is() {
+        let running = pod("lrp-local-registry-publisher-7d9f8b6c5-x2k4p", Some("lrp-local-registry-publisher"));
+        assert!(running.made("lrp-local-registry-publisher-7d9f8b6c5-x2k4p"));
+        // The pod a `helm upgrade` replaced: another template hash.
+        assert!(running.made("lrp-local-registry-publisher-5c6b7d8f9-abcde"));
+        for other in [
+            "aaa-controller",
+            "lrp-local-registry-publisher",
+            "lrp-local-registry-publisher-x",
+            "lrp-local-registry-publisher-a-b-c",
+            "lrp-local-registry-publisher-evil/x-y",
+            "other-lrp-local-registry-publisher-5c6b7d8f9-abcde",
+        ] {
+            assert!(!running.made(other), "{other}");
+        }
+        // A bare pod (no Deployment): only its own name.
+        let bare = pod("aaa-controller", None);
+        assert!(bare.made("aaa-controller") && !bare.made("aaa-controller-1-2"));
+    }
+}
