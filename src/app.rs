@@ -13,6 +13,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{Args, ClusterArgs, Command, LogArgs, LogFormat, OperationArgs};
 use crate::controller::{Context, Controller};
+use crate::escape::safe;
 use crate::health::Health;
 use crate::http;
 use crate::leader::{Elector, LeaseSettings};
@@ -49,7 +50,7 @@ pub async fn run(args: Args) -> ExitCode {
             return match client(cluster).await {
                 Ok(client) => withdraw(client, &settings, stop_deployment.as_deref()).await,
                 Err(error) => {
-                    error!("{error}");
+                    error!("{}", safe(&error.to_string()));
                     ExitCode::FAILURE
                 }
             };
@@ -68,14 +69,14 @@ pub async fn run(args: Args) -> ExitCode {
             return match client(cluster).await {
                 Ok(client) => node_agent(client, agent).await,
                 Err(error) => {
-                    error!("{error}");
+                    error!("{}", safe(&error.to_string()));
                     ExitCode::FAILURE
                 }
             };
         }
         Some(Command::Probe { address }) => {
             let result = crate::cli::probe::probe(address).await;
-            println!("{address}: {}", result.summary);
+            crate::cli::text::print(&format!("{address}: {}", result.summary));
             return if result.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }
         Some(Command::Doctor { cluster, publish, from_cluster, image, probe_namespace }) => {
@@ -108,7 +109,7 @@ pub async fn run(args: Args) -> ExitCode {
     let client = match client(&args.cluster).await {
         Ok(client) => client,
         Err(error) => {
-            error!("{error}");
+            error!("{}", safe(&error.to_string()));
             return ExitCode::FAILURE;
         }
     };
@@ -207,7 +208,8 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
 
 /// The commands for registry users exit 5 when they cannot even build a client.
 fn unreachable_cluster(error: &Error) -> ExitCode {
-    eprintln!("error: {error}");
+    // The kubeconfig's context and user names, and a --context flag, reach the message: escaped like cluster text.
+    eprintln!("error: {}", safe(&error.to_string()));
     ExitCode::from(crate::cli::EXIT_UNREACHABLE)
 }
 
@@ -218,7 +220,7 @@ async fn withdraw(client: Client, settings: &Settings, stop_deployment: Option<&
     match crate::controller::withdraw(client, settings, stop).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
-            error!("{error}");
+            error!("{}", safe(&error.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -96,6 +96,25 @@ fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
         assert_eq!(output.status.code(), Some(5), "{command}: {stderr}");
         assert!(stderr.contains("cannot read ConfigMap kube-public/local-registry-hosting"), "{command}: {stderr}");
     }
+    // A context named with escape sequences, in the kubeconfig or on the command line: shown, never obeyed.
+    let hostile = dir.0.join("hostile.kubeconfig");
+    let name = "\u{1b}]0;pwned\u{7}\u{1b}[2Jctx";
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace("current-context: c", &format!("current-context: \"\\e]0;pwned\\a\\e[2Jctx\""));
+    std::fs::write(&hostile, text).unwrap();
+    for command in ["get", "doctor"] {
+        for args in [
+            vec![command.to_string(), format!("--kubeconfig={}", hostile.display())],
+            vec![command.to_string(), format!("--kubeconfig={}", kubeconfig.display()), format!("--context={name}")],
+        ] {
+            let output = run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(5), "{args:?}: {stderr}");
+            assert_eq!(raw_control(&stderr), None, "{args:?}: {stderr:?}");
+            assert!(stderr.contains("\\u{1b}]0;pwned"), "{args:?}: the name is shown escaped: {stderr:?}");
+        }
+    }
 }
 
 /// A directory of one test's own, removed when the test ends (passed or not).
