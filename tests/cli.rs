@@ -101,7 +101,7 @@ fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
     let name = "\u{1b}]0;pwned\u{7}\u{1b}[2Jctx";
     let text = std::fs::read_to_string(&kubeconfig)
         .unwrap()
-        .replace("current-context: c", &format!("current-context: \"\\e]0;pwned\\a\\e[2Jctx\""));
+        .replace("current-context: c", "current-context: \"\\e]0;pwned\\a\\e[2Jctx\"");
     std::fs::write(&hostile, text).unwrap();
     for command in ["get", "doctor"] {
         for args in [

@@ -1509,3 +1509,32 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     assert!(gone.is_some(), "the NodePullState outlived the release");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
+
+#[tokio::test]
+async fn doctor_shows_why_a_node_agent_pod_is_not_running_in_the_kubelets_words() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "agentwhy").await.expect("namespace");
+    clusterip_registry(&client, &ns, json!({})).await;
+    // containerd's config file named where the node has no such directory: the agent's pod cannot mount it.
+    let mut values = isolated_release_values(&ns, &agent_on());
+    values.push(format!("nodeAgent.containerdConfig=/nonexistent-{ns}/config.toml"));
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut args = vec!["install".to_string(), "agentwhy".into(), chart, "-n".into(), ns.clone()];
+    args.extend(values.iter().flat_map(|v| ["--set".to_string(), v.clone()]));
+    ok(tool("helm", &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    wait_published(&client, &ns, "hosting", "the registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(format!("{ip}:5000").as_str())
+    })
+    .await;
+    let line = format!("node {}: its node agent pod agentwhy-local-registry-publisher-node-agent-", node().name());
+    let report = wait_doctor(&ns, |r| r.contains(&line) && r.contains("FailedMount: ")).await;
+    assert!(report.contains("is Pending, not Running: ContainerCreating"), "{report}");
+    assert!(report.contains(&format!("/nonexistent-{ns}")), "the kubelet's own words name the path: {report}");
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert!(summary.contains("Node pulls"), "{report}");
+    ok(tool("helm", &["uninstall", "agentwhy", "-n", &ns, "--wait", "--timeout", "180s"]));
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}

@@ -339,6 +339,31 @@ mod tests {
         .expect("a DaemonSet")
     }
 
+    fn plan_configmap(plan: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "plan", "resourceVersion": "42"},
+            "data": {PLAN_KEY: plan}
+        }))
+        .expect("a ConfigMap")
+    }
+
+    #[test]
+    fn a_plan_of_a_newer_format_is_refused_whole_and_an_unreadable_one_is_kept_from_before() {
+        let current = format!("{{\"format\": {PLAN_FORMAT}, \"hosts\": []}}");
+        let (applied, refused) = read_plan(&plan_configmap(&current));
+        assert_eq!(refused, None);
+        assert_eq!(applied.map(|a| a.resource_version), Some("42".to_string()));
+        // Written before plans had a format: the first.
+        let (applied, _) = read_plan(&plan_configmap("{\"hosts\": []}"));
+        assert_eq!(applied.map(|a| a.plan.format), Some(1));
+        let newer = format!("{{\"format\": {}, \"hosts\": [], \"mirrors\": []}}", PLAN_FORMAT + 1);
+        let (applied, refused) = read_plan(&plan_configmap(&newer));
+        assert!(applied.is_none(), "nothing of a newer plan is applied");
+        assert_eq!(refused, Some(PLAN_FORMAT + 1));
+        let (applied, refused) = read_plan(&plan_configmap("{not json"));
+        assert!(applied.is_none() && refused.is_none());
+    }
+
     #[test]
     fn an_agent_whose_daemonset_now_mounts_another_directory_leaves_nothing_in_its_own() {
         assert_eq!(moved(&daemonset("/etc/containerd/certs.d/"), "/etc/containerd/certs.d"), None);
