@@ -137,6 +137,14 @@ pub async fn run(args: Args) -> ExitCode {
     } else {
         (None, None)
     };
+    // Told once, at start: a typo in a namespace label would otherwise give nothing and say nothing. A watch of every
+    // namespace for it would grow with the cluster; doctor lists them whenever it runs.
+    let labels_client = client.clone();
+    tokio::spawn(async move {
+        for (namespace, said) in crate::cli::doctor::unknown_namespace_labels(&labels_client).await {
+            warn!(namespace = %safe(&namespace), "{}", safe(&said));
+        }
+    });
     let controller = Controller::new(client, settings, Context::new(metrics, health, leading));
     tokio::spawn(async move {
         shutdown_signal().await;

@@ -42,6 +42,19 @@ pub mod namespace {
     /// `local-registry-publisher.io/pull-secret-wanted=true`: this namespace receives the pull Secret.
     pub const PULL_SECRET_WANTED: &str = "local-registry-publisher.io/pull-secret-wanted";
     pub const PULL_SECRET_WANTED_VALUE: &str = "true";
+
+    /// Why a namespace label under our prefix means nothing to this controller (a typo, or a name from before a
+    /// rename), with the labels it does read; `None` for a label it reads or one not under our prefix.
+    pub fn unknown(key: &str, value: &str) -> Option<String> {
+        if !key.starts_with(super::service::PREFIX) || key == ALLOWED || key == PULL_SECRET_WANTED {
+            return None;
+        }
+        Some(format!(
+            "label {key}={value:?} means nothing to local-registry-publisher; on namespaces it reads only \
+             {ALLOWED}={ALLOWED_VALUE} (this namespace may name the cluster's registry) and \
+             {PULL_SECRET_WANTED}={PULL_SECRET_WANTED_VALUE} (this namespace gets the pull Secret)"
+        ))
+    }
 }
 
 /// Labels the chart puts on its own objects, which `doctor` reads to find the controller.
@@ -76,4 +89,20 @@ pub mod pull {
     /// On a ServiceAccount: the `imagePullSecrets` entries this controller added (and so may remove),
     /// comma-separated, since two releases with different Secret names may share an account.
     pub const ADDED_PULL_SECRETS: &str = "local-registry-publisher.io/added-pull-secrets";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace::unknown;
+
+    #[test]
+    fn a_namespace_label_under_our_prefix_we_do_not_read_is_named_with_those_we_do() {
+        let said = unknown("local-registry-publisher.io/pull-secret", "wanted").expect("unknown");
+        assert!(said.starts_with("label local-registry-publisher.io/pull-secret=\"wanted\" means nothing"), "{said}");
+        assert!(said.contains("local-registry-publisher.io/pull-secret-wanted=true"), "{said}");
+        assert!(said.contains("local-registry-publisher.io/registries=allowed"), "{said}");
+        assert_eq!(unknown("local-registry-publisher.io/registries", "allowed"), None);
+        assert_eq!(unknown("local-registry-publisher.io/pull-secret-wanted", "yes"), None);
+        assert_eq!(unknown("kubernetes.io/metadata.name", "x"), None);
+    }
 }

@@ -529,6 +529,27 @@ async fn a_look_alike_controller_pod_that_an_edit_user_creates_is_reported_and_n
     plane.delete_namespace(&s.client, &tenant_ns).await.expect("delete namespace");
 }
 
+#[tokio::test]
+async fn doctor_names_a_namespace_label_under_the_projects_prefix_that_nothing_reads() {
+    let s = Scenario::new("cli-labels").await;
+    let plane = ControlPlane::shared();
+    // The pull-secret label's name before its rename: it gets nothing, and says so.
+    let renamed = plane.namespace(&s.client, "old-label").await.expect("namespace");
+    ok(support::tool(
+        plane,
+        "kubectl",
+        &["label", "namespace", &renamed, "local-registry-publisher.io/pull-secret=wanted"],
+    ));
+    let (_, text) = doctor(&s);
+    let said = format!(
+        "namespace {renamed}: label local-registry-publisher.io/pull-secret=\"wanted\" means nothing to \
+         local-registry-publisher"
+    );
+    assert!(text.contains(&said), "{text}");
+    assert!(text.contains("local-registry-publisher.io/pull-secret-wanted=true (this namespace gets"), "{text}");
+    plane.delete_namespace(&s.client, &renamed).await.expect("delete namespace");
+}
+
 #[test]
 fn make_install_puts_the_cli_and_its_kubectl_plugin_name_on_a_prefix() {
     let temp = TempDir::new("install");

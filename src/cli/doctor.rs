@@ -147,6 +147,9 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         let verdict = said(&ignored.id).iter().map(|n| &*n.message).collect::<Vec<_>>().join("; ");
         say!("  {} ({}, namespace not allowed): {verdict}", ignored.id, ignored.origin);
     }
+    for (namespace, said) in unknown_namespace_labels(&client).await {
+        say!("  namespace {namespace}: {said}");
+    }
     let stale = match (&decision.action, stored) {
         (_, Some(stored)) if !stored.owned => {
             let writer = stored.writer.as_deref().unwrap_or("another tool");
@@ -265,6 +268,20 @@ fn pull_credentials(published: Option<&Published>, observed: &pull::Observed, se
         say!("  current: every labelled namespace holds what the controller would write");
     }
     well
+}
+
+/// Each namespace label under our prefix that nothing reads (a typo, a name from before a rename), said with the
+/// labels that are read; none when this identity may not list namespaces.
+pub(crate) async fn unknown_namespace_labels(client: &Client) -> Vec<(String, String)> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let listed = namespaces.list_metadata(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    listed
+        .iter()
+        .flat_map(|namespace| {
+            let labels = namespace.metadata.labels.iter().flatten();
+            labels.filter_map(|(key, value)| Some((namespace.name_any(), keys::namespace::unknown(key, value)?)))
+        })
+        .collect()
 }
 
 type Event = k8s_openapi::api::events::v1::Event;
