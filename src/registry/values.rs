@@ -613,6 +613,10 @@ mod tests {
             (annotations::PRIORITY, "high", "whole number"),
             (annotations::PRIORITY, "2147483648", "from -2147483648 to 2147483647"),
             (annotations::PORT, "grpc", "names no port"),
+            // IPv4 spellings parsers read differently: hex, a single number, octal.
+            (annotations::HOST, "0x7f.0.0.1:5000", "four dotted decimal octets"),
+            (annotations::HOST_FROM_CONTAINER_RUNTIME, "0x7f000001:5000", "four dotted decimal octets"),
+            (annotations::HOST_FROM_CLUSTER_NETWORK, "010.0.0.1:5000", "four dotted decimal octets"),
         ];
         for (key, value, needle) in cases {
             let cluster = labelled(service("reg", "zot").port(Some("http"), 5000, None).annotation(key, value));
