@@ -407,13 +407,19 @@ fn raw_control(text: &str) -> Option<char> {
     text.chars().find(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
 }
 
-#[tokio::test]
-async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
-    let s = Scenario::new("cli-hostile").await;
+/// A scenario whose controller runs as if in a pod of the chart's, publishing a registry `zot` and told so.
+async fn published_by_a_controller_pod(prefix: &str) -> (Scenario, Running) {
+    let s = Scenario::new(prefix).await;
     let controller = s.start_in_pod().await;
     s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
     s.wait_cluster_host("zot", 5000).await;
     s.wait_event("zot", "Published").await;
+    (s, controller)
+}
+
+#[tokio::test]
+async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
+    let (s, controller) = published_by_a_controller_pod("cli-hostile").await;
     // A tenant's forged Event: reportingController says it is the controller's, nothing ties it to a controller pod.
     let forged = json!({
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -494,11 +500,7 @@ async fn forged_events_and_hostile_text_never_reach_the_terminal_raw() {
 
 #[tokio::test]
 async fn a_look_alike_controller_pod_that_an_edit_user_creates_is_reported_and_never_used() {
-    let s = Scenario::new("cli-lookalike").await;
-    let controller = s.start_in_pod().await;
-    s.apply(service("zot", registry_label(), json!({}), json!({"ports": [{"port": 5000}]}))).await;
-    s.wait_cluster_host("zot", 5000).await;
-    s.wait_event("zot", "Published").await;
+    let (s, controller) = published_by_a_controller_pod("cli-lookalike").await;
     // A user holding only `edit` in her own namespace: a pod with the chart's labels, sorted before the real one,
     // whose arguments would allow her namespace and send readers to her page, and an Event claiming to be its.
     let plane = ControlPlane::shared();

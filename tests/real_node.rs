@@ -1381,26 +1381,30 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     }
 }
 
-#[tokio::test]
-async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annotation() {
+/// A plain-HTTP ClusterIP registry and a release named `release` with the node agent on, in a fresh namespace named
+/// from it; returns the registry's address, `<ClusterIP>:5000`, once the real node's file for it is there.
+async fn agent_release(release: &str) -> (Client, String, String) {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     images();
-    let ns = plane.namespace(&client, "keepplan").await.expect("namespace");
+    let ns = plane.namespace(&client, release).await.expect("namespace");
     clusterip_registry(&client, &ns, json!({})).await;
-    helm_install(
-        "keepplan",
-        &ns,
-        &isolated_release_values(&ns, &agent_on()).iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    let ip = cluster_ip(&client, &ns, "registry").await;
-    let address = format!("{ip}:5000");
+    let values = isolated_release_values(&ns, &agent_on());
+    helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    (client, ns, address)
+}
+
+#[tokio::test]
+async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annotation() {
+    let plane = plane();
+    let (client, ns, address) = agent_release("keepplan").await;
     let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
         d.host_from_cluster_network.as_deref() == Some(address.as_str())
     })
     .await;
     push(true, &own_image("keep-plan"), &format!("{address}/keepplan/app:1"), None);
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
 
     // An invalid annotation: the ConfigMap keeps its last good document, and the node keeps the file that makes it
     // pullable, so a pod naming the still-published address starts.
@@ -1433,18 +1437,7 @@ async fn node_state(client: &Client, ns: &str) -> Option<local_registry_publishe
 #[tokio::test]
 async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_tells_a_stalled_agent() {
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "nodestate").await.expect("namespace");
-    clusterip_registry(&client, &ns, json!({})).await;
-    helm_install(
-        "nodestate",
-        &ns,
-        &isolated_release_values(&ns, &agent_on()).iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    let ip = cluster_ip(&client, &ns, "registry").await;
-    let address = format!("{ip}:5000");
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    let (client, ns, address) = agent_release("nodestate").await;
     let configured = format!("node {}: configured by nodestate-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&ns, |r| r.contains(&configured)).await;
     // The simulated node runs no containerd: told, and not what is wrong.

@@ -49,6 +49,14 @@ pub(super) struct Follow<W> {
     pub context: Context,
 }
 
+impl<W> Follow<W> {
+    /// The shared parts of a following task, with the watches `make` builds on its signals.
+    pub fn new(context: Context, published: watch::Receiver<Handoff>, make: impl FnOnce(&Signals) -> W) -> Self {
+        let signals = Signals::new(context.metrics.clone(), context.health.clone());
+        Self { watches: make(&signals), signals, published, context }
+    }
+}
+
 /// Runs `concern` until `shutdown` completes.
 pub(super) async fn run<C: Concern>(mut concern: C, follow: Follow<C::Watches>, shutdown: impl Future<Output = ()>) {
     let Follow { mut watches, signals, mut published, mut context } = follow;

@@ -70,7 +70,6 @@ impl NodePlanner {
         context: Context,
         published: watch::Receiver<Handoff>,
     ) -> Self {
-        let signals = Signals::new(context.metrics.clone(), context.health.clone());
         let planning = Planning {
             api: Api::namespaced(client.clone(), &target.namespace),
             events: EventLog::start(client.clone(), "PlanNodes", &context.instance),
@@ -79,7 +78,7 @@ impl NodePlanner {
             stored: None,
             logged: (None, None),
         };
-        Self { follow: Follow { watches: Watches::new(client, &signals), signals, published, context }, planning }
+        Self { follow: Follow::new(context, published, |signals| Watches::new(client, signals)), planning }
     }
 
     /// Keeps the plan until `shutdown` completes.

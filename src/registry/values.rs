@@ -33,12 +33,14 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         Ok(port) => ports(service, *port, &origin, index),
         Err(_) => Ports::default(),
     };
+    let unannotated = unannotated(service, &id, &origin, ports, index, settings);
+    let own_addresses = own_addresses(service, &id, ports, &unannotated, settings);
     let document = match (priority_problem, port) {
         (Some(problem), _) | (None, Err(problem)) => Err(problem),
-        (None, Ok(_)) => document(service, &id, &origin, ports, index, settings),
+        (None, Ok(_)) => document(service, ports, unannotated, settings),
     };
     Registry {
-        own_addresses: own_addresses(service, &id, &origin, ports, index, settings),
+        own_addresses,
         ports,
         ready: ready(service, &id, index),
         priority,
@@ -51,15 +53,13 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
     }
 }
 
+/// The document: what the controller derives (`unannotated`), each field overridden by its annotation.
 fn document(
     service: &Service,
-    id: &ServiceId,
-    origin: &Origin,
     ports: Ports,
-    index: &Index,
+    unannotated: Unannotated,
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
-    let unannotated = unannotated(service, id, origin, ports, index, settings);
     let host = overridden(service, Field::Host, unannotated.host)?;
     // The node's runtime reaches a hostPort or nodePort on its own loopback, whatever tools outside use.
     let runtime = ports.node.map(|port| format!("localhost:{port}")).and_then(|runtime| {
@@ -130,16 +130,14 @@ fn unannotated(
 fn own_addresses(
     service: &Service,
     id: &ServiceId,
-    origin: &Origin,
     ports: Ports,
-    index: &Index,
+    unannotated: &Unannotated,
     settings: &Settings,
 ) -> Vec<String> {
-    let unannotated = unannotated(service, id, origin, ports, index, settings);
     let mut own: Vec<String> = Vec::new();
     if !unannotated.external {
-        own.extend(unannotated.host);
-        own.push(unannotated.cluster_network);
+        own.extend(unannotated.host.clone());
+        own.push(unannotated.cluster_network.clone());
         if let Some(port) = ports.service {
             own.push(service_dns_name(id, settings, Some(port)));
             own.push(with_port(&format!("{}.{}.svc", id.name, id.namespace), Some(port)));

@@ -57,13 +57,12 @@ impl PullDistributor {
         context: Context,
         published: watch::Receiver<Handoff>,
     ) -> Self {
-        let signals = Signals::new(context.metrics.clone(), context.health.clone());
         let distribution = Distribution {
             writer: PullWriter::new(client.clone(), context.metrics.clone()),
             events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
             settings,
         };
-        Self { follow: Follow { watches: Watches::new(client, &signals), signals, published, context }, distribution }
+        Self { follow: Follow::new(context, published, |signals| Watches::new(client, signals)), distribution }
     }
 
     /// Distributes until `shutdown` completes.
