@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use local_registry_publisher::{app, config::Args, memory};
+use local_registry_publisher::{app, cli, config::Args, memory};
 
 /// Installed under this name, the binary is a kubectl plugin: `kubectl registry-hosting get`.
 const PLUGIN: &str = "kubectl-registry_hosting";
@@ -9,7 +9,10 @@ const PLUGIN: &str = "kubectl-registry_hosting";
 fn main() -> ExitCode {
     // Before the runtime starts its threads, so none gets an arena of its own.
     memory::use_one_arena();
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(error) => return refused(&error),
+    };
     let invoked_as = std::env::args().next().unwrap_or_default();
     if args.command.is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
         // As a plugin it only reads: running the controller needs an explicit binary.
@@ -25,4 +28,16 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// clap's answer to the command line (a refusal, `--help`, `--version`). It quotes a refused value as given, so it is
+/// escaped like cluster text before it reaches the terminal.
+fn refused(error: &clap::Error) -> ExitCode {
+    let text = error.render().to_string();
+    if error.use_stderr() {
+        cli::text::eprint(&text);
+    } else {
+        cli::text::print(text.trim_end_matches('\n'));
+    }
+    ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
 }

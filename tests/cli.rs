@@ -114,6 +114,17 @@ fn get_and_doctor_against_an_unreachable_cluster_exit_5() {
             assert_eq!(raw_control(&stderr), None, "{args:?}: {stderr:?}");
             assert!(stderr.contains("\\u{1b}]0;pwned"), "{args:?}: the name is shown escaped: {stderr:?}");
         }
+        // A flag's value the parser refuses is quoted in its answer: escaped too, even where the parser would colour
+        // its answer (a terminal, here forced), which passes escape sequences through.
+        let output = Command::new(BINARY)
+            .args([command, &format!("--configmap-name={name}")])
+            .env("CLICOLOR_FORCE", "1")
+            .output()
+            .expect("run the binary");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert_eq!(raw_control(&stderr), None, "{stderr:?}");
+        assert!(stderr.contains("is not a valid object name"), "{stderr:?}");
     }
 }
 
