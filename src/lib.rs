@@ -16,7 +16,7 @@
 //!   watches, retries, Events and metrics, and `withdraw` for the uninstall hook; [`agent`]: the node agent;
 //! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
 //!   endpoints; [`metrics`]; [`metrics_auth`]: authentication and authorization in front of /metrics;
-//! - [`events`]: every concern's notices as Events, once each; [`escape`]: cluster text made safe for a terminal or
+//! - `events`: every concern's notices as Events, once each; [`escape`]: cluster text made safe for a terminal or
 //!   a log;
 //! - [`backoff`]: the one retry policy; [`pod`]: this process's name and namespace; [`memory`]: freed heap back to
 //!   the system;

@@ -1,8 +1,10 @@
 //! `doctor`: why readers see what they see. From this machine it probes the published `host`; from the cluster it
 //! lists every registry candidate with why it is or is not published (the controller's own snapshot and decision,
-//! not a copy), whether the ConfigMap is ours, foreign or stale, and which controller pods run and lead; with
-//! `--from-cluster` it probes `hostFromClusterNetwork` from a short-lived pod and removes it; for each node, whether
-//! its runtime is configured to pull the published addresses that need it (the node agent's last word).
+//! not a copy), whether the ConfigMap is ours, foreign or stale, and which controller pods run and lead (a pod is the
+//! controller only when it may write the ConfigMap, see `cli::controllers`); with `--from-cluster` it probes
+//! `hostFromClusterNetwork` from a short-lived pod and removes it; for each node, whether its runtime is configured to
+//! pull the published addresses that need it (its agent's NodePullState, see `cli::nodes`). A closing summary
+//! names the sections that found something wrong.
 //!
 //! Exit status as `get`: 0 all is well; 3 nothing is published; 4 something is wrong (said in the output);
 //! 5 the cluster could not be read.

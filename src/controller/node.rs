@@ -1,7 +1,7 @@
 //! The node-plan task (`--node-plan-configmap`): follows the registry the publisher hands on, and the CA bundle a
 //! TLS registry names, and keeps [`node::plan`] of them in one ConfigMap of the controller's own namespace, which is
 //! all a node agent reads. It writes only when the plan changed, and retries on its own clock (the loop every
-//! following concern shares, [`follow::run`]), so the ConfigMap path never waits for it.
+//! following concern shares, `follow::run`), so the ConfigMap path never waits for it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub async fn observe(
     }
 }
 
-/// The task: the shared follower loop ([`follow::run`]) around [`Planning`].
+/// The task: the shared follower loop (`follow::run`) around `Planning`.
 pub struct NodePlanner {
     follow: Follow<Watches>,
     planning: Planning,

@@ -1,6 +1,6 @@
 //! The pull-credentials task (`--pull-secrets`): follows the registry the publisher hands on, with watches, a sync
 //! gate, a retry clock, Events and metrics of its own, so a refusal in one tenant's namespace never delays or
-//! retries the ConfigMap. Each pass (in the loop every following concern shares, [`follow::run`]): settle the
+//! retries the ConfigMap. Each pass (in the loop every following concern shares, `follow::run`): settle the
 //! watches, snapshot, [`pull::plan`], carry it out, report.
 
 mod writer;
@@ -37,7 +37,7 @@ pub async fn observe(client: &kube::Client, published: Option<&Published>, setti
     }
 }
 
-/// The task: the shared follower loop ([`follow::run`]) around [`Distribution`].
+/// The task: the shared follower loop (`follow::run`) around `Distribution`.
 pub struct PullDistributor {
     follow: Follow<Watches>,
     distribution: Distribution,
