@@ -177,11 +177,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         node_name: agent.node_name.clone(),
         hosts_on_node: agent.node_config_path.clone(),
         resync: agent.resync,
-        containerd_config: agent
-            .containerd_config
-            .clone()
-            .zip(agent.node_config_path.clone())
-            .map(|(file, hosts_on_node)| crate::agent::ContainerdConfig { file, hosts_on_node }),
+        containerd_config: agent.containerd_config.clone(),
     };
     let listener = match http::bind(agent.http_address).await {
         Ok(listener) => listener,

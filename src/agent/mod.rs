@@ -4,8 +4,7 @@
 //! a node's fresh disk is written again without a restart. When its DaemonSet is gone (uninstall, or the feature
 //! turned off), or now mounts another hosts directory (`nodeAgent.configPath` changed), it removes what it wrote
 //! before it exits; any other rolling update keeps the files for the next pod. It keeps its node's NodePullState
-//! ([`crate::node::state`]) for `doctor`. It
-//! serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
+//! ([`crate::node::state`]) for `doctor`, and serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
 mod runtime;
@@ -33,7 +32,7 @@ use crate::node::runtime::RuntimeCheck;
 use crate::node::state::{Agent, NodeState, PlanApplied};
 use crate::node::{self, NodePlan, Notice, PLAN_FORMAT, PLAN_KEY, Reason, RuntimeFinding};
 pub use metrics::AgentMetrics;
-pub use runtime::{Containerd, ContainerdConfig, NodeRuntime};
+pub use runtime::{Containerd, NodeRuntime};
 
 /// What the agent is told by its flags.
 #[derive(Clone, Debug)]
@@ -46,12 +45,12 @@ pub struct AgentSettings {
     pub daemonset: Option<String>,
     /// The node it runs on, whose NodePullState it keeps; `None` keeps none.
     pub node_name: Option<String>,
-    /// `hosts_dir` as the node sees it: when the DaemonSet's pods mount another one, a stopping agent removes its
-    /// files here, which no agent would see again.
+    /// `hosts_dir` as the node sees it: what containerd's `config_path` must name, and, when the DaemonSet's pods
+    /// mount another one, where a stopping agent removes its files, which no agent would see again.
     pub hosts_on_node: Option<String>,
     pub resync: Duration,
-    /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_dir`.
-    pub containerd_config: Option<ContainerdConfig>,
+    /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_on_node`.
+    pub containerd_config: Option<PathBuf>,
 }
 
 /// What the agent reports through: its probes and its metrics.
@@ -70,7 +69,9 @@ pub async fn run(
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
     let owner = Owner::new(&settings.namespace, &settings.configmap);
-    let node_runtime = Containerd::new(settings.hosts_dir.clone(), owner, settings.containerd_config.clone())?;
+    let hosts_on_node = settings.hosts_on_node.as_deref();
+    let node_runtime =
+        Containerd::new(settings.hosts_dir.clone(), owner, hosts_on_node, settings.containerd_config.clone())?;
     let node_runtime: &dyn NodeRuntime = &node_runtime;
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),

@@ -32,22 +32,31 @@ pub struct Containerd {
 
 /// Where the agent finds containerd's config, and what it must name.
 #[derive(Clone, Debug)]
-pub struct ContainerdConfig {
+struct ContainerdConfig {
     /// The config file, at its path on the node (the chart mounts its directory there, read-only).
-    pub file: PathBuf,
+    file: PathBuf,
     /// The hosts directory as the node sees it: what the config's `config_path` must name.
-    pub hosts_on_node: String,
+    hosts_on_node: String,
 }
 
 impl Containerd {
-    /// The files of `owner` under `hosts_dir`; `Err` when it is no directory.
-    pub fn new(hosts_dir: PathBuf, owner: Owner, config: Option<ContainerdConfig>) -> Result<Self, String> {
+    /// The files of `owner` under `hosts_dir` (`hosts_on_node` as the node sees it), checked against containerd's
+    /// `config_file` when both are given; `Err` when `hosts_dir` is no directory.
+    pub fn new(
+        hosts_dir: PathBuf,
+        owner: Owner,
+        hosts_on_node: Option<&str>,
+        config_file: Option<PathBuf>,
+    ) -> Result<Self, String> {
         if !hosts_dir.is_dir() {
             return Err(format!(
                 "{} is not a directory: mount containerd's config_path there (see the chart's nodeAgent.configPath)",
                 safe(&hosts_dir.display().to_string())
             ));
         }
+        let config = config_file
+            .zip(hosts_on_node)
+            .map(|(file, hosts_on_node)| ContainerdConfig { file, hosts_on_node: hosts_on_node.to_string() });
         Ok(Self { hosts_dir, owner, config })
     }
 }
