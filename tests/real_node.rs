@@ -1455,9 +1455,16 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     assert!(!state.plan.resource_version.is_empty() && !state.changed.is_empty(), "{state:?}");
 
     // Every Event of the namespace deleted, as --event-ttl does after an hour: doctor is still right.
-    ok(tool("kubectl", &["delete", "events", "--all", "-n", &ns]));
+    // New Events may arrive meanwhile (kubelet probes, the controller); none that doctor could have read survives.
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
-    assert!(events.list(&Default::default()).await.expect("list Events").items.is_empty());
+    let names = |list: kube::core::ObjectList<k8s_openapi::api::events::v1::Event>| -> Vec<String> {
+        list.items.into_iter().filter_map(|e| e.metadata.name).collect()
+    };
+    let before = names(events.list(&Default::default()).await.expect("list Events"));
+    assert!(!before.is_empty(), "the release told nothing before its Events were deleted");
+    ok(tool("kubectl", &["delete", "events", "--all", "-n", &ns]));
+    let after = names(events.list(&Default::default()).await.expect("list Events"));
+    assert!(before.iter().all(|n| !after.contains(n)), "Events survived deletion: {after:?}");
     let report = doctor_report(&ns);
     assert!(report.contains(&configured), "{report}");
 
