@@ -321,6 +321,21 @@ pub struct NodePlanArgs {
         requires = "node_plan_configmap"
     )]
     pub node_allowed_addresses: Vec<crate::node::AddressPattern>,
+
+    /// Mirrors of public registries on every node, comma-separated: UPSTREAM=service:NAMESPACE/NAME:PORT (a cache
+    /// Service, reached at its ClusterIP over plain HTTP) or UPSTREAM=http[s]://HOST[:PORT] (a cache the nodes reach
+    /// by themselves, like a container on kind's network). Each node's containerd pulls images named UPSTREAM
+    /// (docker.io, ghcr.io, ...) from the cache first and from the upstream when the cache fails. A cache in
+    /// pull-through mode mirrors one upstream and takes no pushes: not the registry tools push to. One mirror per
+    /// upstream. Chart value nodeAgent.mirrors.
+    #[arg(
+        long,
+        env = "LRP_NODE_MIRRORS",
+        value_name = "MIRRORS",
+        value_delimiter = ',',
+        requires = "node_plan_configmap"
+    )]
+    pub node_mirrors: Vec<crate::node::Mirror>,
 }
 
 impl NodePlanArgs {
@@ -328,7 +343,10 @@ impl NodePlanArgs {
         settings.node_plan = self.node_plan_configmap.clone().map(|name| crate::settings::NodePlanTarget {
             namespace: crate::pod::namespace(),
             name,
-            allowed_addresses: self.node_allowed_addresses.clone(),
+            rules: crate::node::Rules {
+                allowed: self.node_allowed_addresses.clone(),
+                mirrors: self.node_mirrors.clone(),
+            },
         });
     }
 }
@@ -654,6 +672,21 @@ mod tests {
             parse(&["--node-address=192.168.49.2"]).unwrap().publish.values.node_address,
             NodeAddress::Literal("192.168.49.2".into())
         );
+    }
+
+    #[test]
+    fn mirrors_are_read_as_the_chart_renders_them_and_only_with_the_node_plan() {
+        let flags =
+            ["--node-plan-configmap=plan", "--node-mirrors=docker.io=service:cache/hub:5000,ghcr.io=http://c:5000"];
+        let mut settings = Settings::default();
+        parse(&flags).unwrap().node_plan.apply(&mut settings);
+        let mirrors: Vec<String> =
+            settings.node_plan.expect("on").rules.mirrors.iter().map(|m| m.to_string()).collect();
+        assert_eq!(mirrors, ["docker.io=service:cache/hub:5000", "ghcr.io=http://c:5000"]);
+        assert!(parse(&flags[1..]).is_err(), "mirrors need the node plan");
+        let error = parse(&["--node-plan-configmap=plan", "--node-mirrors=docker.io=cache:5000"]).expect_err("refused");
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("a mirror is UPSTREAM="), "{error}");
     }
 
     #[test]

@@ -73,6 +73,7 @@ pub struct Metrics {
     conflicts: Counter,
     lease_capped: Counter,
     node_refused: Gauge,
+    node_mirrors_unusable: Gauge,
 }
 
 impl Default for Metrics {
@@ -97,6 +98,7 @@ impl Default for Metrics {
             conflicts: Counter::default(),
             lease_capped: Counter::default(),
             node_refused: Gauge::default(),
+            node_mirrors_unusable: Gauge::default(),
         }
     }
 }
@@ -184,6 +186,12 @@ impl Metrics {
              the cluster admin (--node-allowed-addresses)",
             self.node_refused.clone(),
         );
+        registry.register(
+            "local_registry_publisher_node_mirrors_unusable",
+            "Mirrors the cluster admin set (--node-mirrors) that get no node file, because their Service cannot be \
+             used: nodes pull those upstreams directly",
+            self.node_mirrors_unusable.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -245,6 +253,10 @@ impl Metrics {
 
     pub fn node_addresses_refused(&self, count: usize) {
         self.node_refused.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub fn node_mirrors_unusable(&self, count: usize) {
+        self.node_mirrors_unusable.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     pub fn conflict(&self) {

@@ -40,9 +40,9 @@ pub struct Settings {
 pub struct NodePlanTarget {
     pub namespace: String,
     pub name: String,
-    /// Addresses besides a registry's own that a cluster admin lets nodes be redirected for (see
-    /// [`crate::node::trust`]).
-    pub allowed_addresses: Vec<crate::node::AddressPattern>,
+    /// What the cluster admin lets node files redirect (see [`crate::node::trust`]) and the mirrors it sets (see
+    /// [`crate::node::mirror`]).
+    pub rules: crate::node::Rules,
 }
 
 impl std::fmt::Display for NodePlanTarget {

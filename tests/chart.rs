@@ -857,3 +857,59 @@ fn the_controller_may_read_exactly_the_ca_bundles_the_chart_names_and_none_by_de
     let refused = tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.caBundles={Not_A_Name}"]);
     assert!(!refused.status.success(), "a name the API server could not hold is refused");
 }
+
+/// Mirrors are the admin's chart value: rendered as the controller's flag, with read access to each mirror's Service
+/// by name in its namespace and nothing more; a mirror with neither or both of a Service and an endpoint, or a
+/// second one for an upstream, is refused before anything is installed.
+#[test]
+fn the_node_agents_mirrors_render_as_one_flag_with_read_access_to_each_mirror_service_only() {
+    let mirrors = "nodeAgent.enabled=true,nodeAgent.mirrors[0].upstream=docker.io,\
+        nodeAgent.mirrors[0].service.namespace=registry-cache,nodeAgent.mirrors[0].service.name=docker-hub,\
+        nodeAgent.mirrors[0].service.port=5000,nodeAgent.mirrors[1].upstream=ghcr.io,\
+        nodeAgent.mirrors[1].endpoint=http://kind-registry-cache:5000";
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "--set", mirrors]));
+    let flag = controller_args(&rendered).into_iter().find(|a| a.starts_with("--node-mirrors="));
+    let wanted =
+        "--node-mirrors=docker.io=service:registry-cache/docker-hub:5000,ghcr.io=http://kind-registry-cache:5000";
+    assert_eq!(flag.as_deref(), Some(wanted));
+    let roles: Vec<serde_json::Value> = rendered_objects(&rendered, "Role")
+        .into_iter()
+        .filter(|r| r["metadata"]["namespace"] == "registry-cache")
+        .collect();
+    assert_eq!(roles.len(), 1, "one Role, for the Service mirror only");
+    assert_eq!(
+        roles[0]["rules"],
+        json!([{"apiGroups": [""], "resources": ["services"], "resourceNames": ["docker-hub"],
+            "verbs": ["get", "list", "watch"]}])
+    );
+    let bindings = rendered_objects(&rendered, "RoleBinding");
+    let binding = bindings.iter().find(|b| b["metadata"]["namespace"] == "registry-cache").expect("bound");
+    assert_eq!(binding["subjects"][0]["namespace"], "tools");
+    let off = ok(tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true"]));
+    assert!(!controller_args(&off).iter().any(|a| a.starts_with("--node-mirrors")), "none by default");
+
+    for (values, needle) in [
+        ("nodeAgent.mirrors[0].upstream=docker.io", "needs a service ({namespace, name, port}) or an endpoint"),
+        (
+            "nodeAgent.mirrors[0].upstream=docker.io,nodeAgent.mirrors[0].endpoint=http://a:5000,\
+             nodeAgent.mirrors[0].service.namespace=c,nodeAgent.mirrors[0].service.name=d,\
+             nodeAgent.mirrors[0].service.port=5000",
+            "has both a service and an endpoint",
+        ),
+        (
+            "nodeAgent.mirrors[0].upstream=docker.io,nodeAgent.mirrors[0].endpoint=http://a:5000,\
+             nodeAgent.mirrors[1].upstream=docker.io,nodeAgent.mirrors[1].endpoint=http://b:5000",
+            "\"docker.io\" has two mirrors",
+        ),
+        (
+            "nodeAgent.mirrors[0].upstream=docker.io,nodeAgent.mirrors[0].endpoint=a:5000",
+            "/nodeAgent/mirrors/0/endpoint",
+        ),
+    ] {
+        let values = format!("nodeAgent.enabled=true,{values}");
+        let output = tool("helm", &["template", "lrp", &chart(), "--set", &values]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{values} was accepted");
+        assert!(stderr.contains(needle), "{values}: {stderr}");
+    }
+}

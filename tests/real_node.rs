@@ -1324,11 +1324,11 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     let tenant = support::edit_only_client(&client, plane.kubeconfig(), &tenant_ns).await;
 
     // What a user holding only `edit` in an allowed namespace can write: a registry whose Service names
-    // registry.k8s.io and docker.io as where pods and tools find it.
+    // registry.k8s.io and quay.io as where pods and tools find it.
     apply_in(&tenant, &tenant_ns, registry_deployment()).await;
     let hijack = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": {
-            "local-registry-publisher.io/host": "docker.io",
+            "local-registry-publisher.io/host": "quay.io",
             "local-registry-publisher.io/host-from-container-runtime": "registry.k8s.io"}},
         "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
     apply_in(&tenant, &tenant_ns, hijack).await;
@@ -1339,7 +1339,7 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     );
     // Naming the cluster's registry is what the namespace was allowed: all of it is published.
     wait_published(&client, &ns, "hosting", "the tenant's registry", |d| {
-        d.host.as_deref() == Some("docker.io") && d.host_from_container_runtime.as_deref() == Some("registry.k8s.io")
+        d.host.as_deref() == Some("quay.io") && d.host_from_container_runtime.as_deref() == Some("registry.k8s.io")
     })
     .await;
     let ip = cluster_ip(&client, &tenant_ns, "registry").await;
@@ -1349,33 +1349,129 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     // in the controller's metrics and by doctor.
     wait_hosts_toml(&own, "the registry's own address", |t| t.is_some()).await;
     let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
-    assert!(told.contains("docker.io does not name this Service alone"), "{told}");
+    assert!(told.contains("quay.io does not name this Service alone"), "{told}");
     assert!(told.contains("registry.k8s.io does not name this Service alone"), "{told}");
     assert!(told.contains("nodeAgent.allowedAddresses"), "{told}");
-    for public in ["docker.io", "registry.k8s.io"] {
+    for public in ["quay.io", "registry.k8s.io"] {
         assert!(!node().hosts_dir().join(public).exists(), "a node file for {public} was written");
     }
     let refused = "local_registry_publisher_node_addresses_refused 2\n";
     wait_pod_metrics(&client, &ns, "controller", |text| text.contains(refused)).await;
     let report =
         wait_doctor(&ns, |r| r.contains("registry.k8s.io is published but no node is configured to pull it")).await;
-    assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
+    assert!(report.contains("quay.io is published but no node is configured to pull it"), "{report}");
     // A refusal is the admin's rule at work: the node section is not what is wrong.
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(!summary.contains("Node pulls"), "{report}");
 
     // Listed by the cluster admin, both are redirected to the tenant's registry on every node.
-    let allowed = ["nodeAgent.allowedAddresses={registry.k8s.io,docker.io}".to_string()];
+    let allowed = ["nodeAgent.allowedAddresses={registry.k8s.io,quay.io}".to_string()];
     helm_upgrade("trust", &ns, &tenant_release_values(&ns, &tenant_ns, &allowed));
-    for public in ["docker.io", "registry.k8s.io"] {
+    for public in ["quay.io", "registry.k8s.io"] {
         let (text, _) = wait_hosts_toml(public, "allowed by the admin", |t| t.is_some()).await;
         assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{own}\"]")));
     }
     wait_pod_metrics(&client, &ns, "controller", |text| text.contains("node_addresses_refused 0\n")).await;
     ok(tool("helm", &["uninstall", "trust", "-n", &ns, "--wait", "--timeout", "180s"]));
-    for address in ["docker.io", "registry.k8s.io", own.as_str()] {
+    for address in ["quay.io", "registry.k8s.io", own.as_str()] {
         wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
     }
+    for ns in [&ns, &tenant_ns] {
+        plane.delete_namespace(&client, ns).await.expect("delete namespace");
+    }
+}
+
+/// The values that make the Service `cache` (port 5000) of `ns` the node's mirror of docker.io.
+fn docker_hub_mirror(ns: &str) -> Vec<String> {
+    vec![
+        "nodeAgent.mirrors[0].upstream=docker.io".into(),
+        format!("nodeAgent.mirrors[0].service.namespace={ns}"),
+        "nodeAgent.mirrors[0].service.name=cache".into(),
+        "nodeAgent.mirrors[0].service.port=5000".into(),
+    ]
+}
+
+#[tokio::test]
+async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_the_upstream_as_fallback() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "mirror").await.expect("namespace");
+    let tenant_ns = plane.namespace(&client, "mirror-tenant").await.expect("namespace");
+    // The cache: a registry of the admin's, published by nobody, holding the image where Docker Hub would serve
+    // it (`library/<name>`). Nothing here reaches Docker Hub, so the image exists only in the cache.
+    apply_in(&client, &ns, registry_deployment()).await;
+    let cache = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cache"},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &ns, cache).await;
+    let cache_ip = cluster_ip(&client, &ns, "cache").await;
+    push(true, &own_image("mirror"), &format!("{cache_ip}:5000/library/lrp-mirror:1"), None);
+    let image = "docker.io/library/lrp-mirror:1";
+
+    // A file someone else wrote for docker.io (minikube ships one) is there first.
+    let docker_dir = node().hosts_dir().join("docker.io");
+    std::fs::create_dir_all(&docker_dir).unwrap();
+    let theirs = "server = \"https://registry-1.docker.io\"\n[host.\"http://127.0.0.1:1\"]\n";
+    std::fs::write(docker_dir.join("hosts.toml"), theirs).unwrap();
+
+    // A user holding only `edit` in an allowed namespace publishes a registry that names docker.io.
+    let tenant = support::edit_only_client(&client, plane.kubeconfig(), &tenant_ns).await;
+    apply_in(&tenant, &tenant_ns, registry_deployment()).await;
+    let hijack = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
+            "annotations": {"local-registry-publisher.io/host-from-container-runtime": "docker.io"}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&tenant, &tenant_ns, hijack).await;
+    let values = |extra: &[String]| tenant_release_values(&ns, &tenant_ns, extra);
+    helm_install("mirror", &ns, &values(&docker_hub_mirror(&ns)).iter().map(String::as_str).collect::<Vec<_>>());
+    let tenant_own = format!("{}:5000", cluster_ip(&client, &tenant_ns, "registry").await);
+    wait_hosts_toml(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
+
+    // The foreign file is left byte for byte and reported; the namespace's docker.io is refused, not mirrored.
+    let report = wait_doctor(&ns, |r| r.contains("not configured for docker.io (foreign: ")).await;
+    assert!(report.contains(&format!("docker.io is mirrored: a hosts.toml sends its pulls to http://{cache_ip}:5000 first, then to https://registry-1.docker.io")), "{report}");
+    assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
+    wait_agent_metrics(&client, &ns, |t| t.contains("local_registry_publisher_node_addresses{state=\"foreign\"} 1\n"))
+        .await;
+    assert_eq!(hosts_toml("docker.io").as_deref(), Some(theirs));
+    let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
+    assert!(told.contains("docker.io does not name this Service alone"), "{told}");
+
+    // Once it is gone, the agent writes the mirror's file: the cache first, Docker Hub as the fallback.
+    std::fs::remove_file(docker_dir.join("hosts.toml")).unwrap();
+    let (text, _) = wait_hosts_toml("docker.io", "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
+    let text = text.unwrap_or_default();
+    assert!(text.contains("server = \"https://registry-1.docker.io\"\n"), "{text}");
+    assert!(text.contains(&format!("[host.\"http://{cache_ip}:5000\"]")), "{text}");
+    assert!(text.contains("dial_timeout = \"2s\""), "{text}");
+    // A pod naming Docker Hub runs from the cache, with nothing restarted.
+    apply_in(&client, &ns, app_pod("through-mirror", image)).await;
+    wait_phase(&client, &ns, "through-mirror", &["Running"]).await;
+    let report = wait_doctor(&ns, |r| {
+        r.contains(&format!("node {}: configured by mirror-local-registry-publisher-node-agent-", node().name()))
+    })
+    .await;
+    assert!(report.contains(", mirroring docker.io"), "{report}");
+    let state = node_state(&client, &ns).await.expect("a NodePullState").status;
+    let docker = state.addresses.iter().find(|a| a.address == "docker.io").expect("docker.io in the node's state");
+    assert_eq!(docker.server.as_deref(), Some("https://registry-1.docker.io"));
+
+    // The mirror taken out of the chart's values: its file goes, and the same pull fails as the runtime says.
+    helm_upgrade("mirror", &ns, &values(&[]));
+    wait_hosts_toml("docker.io", "mirror removed", |t| t.is_none()).await;
+    apply_in(&client, &ns, app_pod("without-mirror", image)).await;
+    let failed = wait_until(SOON, || async {
+        waiting(&client, &ns, "without-mirror").await.filter(|w| w.contains("registry-1.docker.io"))
+    })
+    .await;
+    assert!(
+        failed.is_some(),
+        "pulling {image} without the mirror: {:?}",
+        waiting(&client, &ns, "without-mirror").await
+    );
+    ok(tool("helm", &["uninstall", "mirror", "-n", &ns, "--wait", "--timeout", "180s"]));
+    wait_hosts_toml(&tenant_own, "after uninstall", |t| t.is_none()).await;
+    assert!(!docker_dir.exists(), "nothing of ours is left for docker.io");
     for ns in [&ns, &tenant_ns] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");
     }

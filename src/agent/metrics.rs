@@ -113,8 +113,12 @@ mod tests {
     #[test]
     fn a_pass_is_counted_by_state_and_operation() {
         let metrics = AgentMetrics::default();
-        let entry =
-            |address: &str| HostEntry { address: address.into(), endpoint: "http://10.0.0.1:5000".into(), ca: None };
+        let entry = |address: &str| HostEntry {
+            address: address.into(),
+            endpoint: "http://10.0.0.1:5000".into(),
+            ca: None,
+            server: None,
+        };
         let plan = NodePlan { hosts: vec![entry("a:1"), entry("b:1"), entry("c:1")], ..NodePlan::default() };
         let report = Report {
             written: vec!["a:1".into()],

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
@@ -30,16 +30,12 @@ pub const CONTROLLER: &str = "node-plan";
 
 /// The node decision about `published` as the running controller would make it with the addresses `allowed`, once
 /// the CA bundle it names was read (for `doctor`, which reads with its own identity).
-pub async fn observe(
-    client: &kube::Client,
-    published: Option<&Published>,
-    allowed: &[node::AddressPattern],
-) -> node::Decision {
+pub async fn observe(client: &kube::Client, published: Option<&Published>, rules: &node::Rules) -> node::Decision {
     let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals);
     loop {
-        if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published)) {
-            return node::decide(published, &observed, allowed);
+        if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published, rules)) {
+            return node::decide(published, &observed, rules);
         }
         signals.changed.notified().await;
     }
@@ -59,8 +55,8 @@ struct Planning {
     metrics: crate::metrics::Metrics,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
-    /// The last problems logged (the CA bundle's, the refused addresses'), so each is logged once.
-    logged: (Option<String>, Option<String>),
+    /// The last problems logged (the CA bundle's, the refused addresses', the mirrors'), so each is logged once.
+    logged: (Option<String>, Option<String>, Option<String>),
 }
 
 impl NodePlanner {
@@ -76,7 +72,7 @@ impl NodePlanner {
             metrics: context.metrics.clone(),
             target,
             stored: None,
-            logged: (None, None),
+            logged: (None, None, None),
         };
         Self { follow: Follow::new(context, published, |signals| Watches::new(client, signals)), planning }
     }
@@ -95,12 +91,13 @@ impl Concern for Planning {
     const FAILED: &'static str = "the node plan was not written";
 
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {
-        node::interest(published)
+        node::interest(published, &self.target.rules)
     }
 
     async fn pass(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
-        let decision = node::decide(published, observed, &self.target.allowed_addresses);
+        let decision = node::decide(published, observed, &self.target.rules);
         self.metrics.node_addresses_refused(decision.refused.len());
+        self.metrics.node_mirrors_unusable(decision.mirror_problems.len());
         self.tell_problems(published, &decision);
         self.keep(decision.plan).await
     }
@@ -111,31 +108,42 @@ impl Concern for Planning {
 }
 
 impl Planning {
-    /// Tells why the published registry, or some of its addresses, get no node file: logged once, and an Event on
-    /// its Service for as long as it lasts.
+    /// Tells why the published registry, or some of its addresses, get no node file, on its Service; and why a
+    /// mirror gets none, on the plan's ConfigMap (what the admin's setting feeds). Each is logged once and an Event
+    /// for as long as it lasts.
     fn tell_problems(&mut self, published: Option<&Published>, decision: &node::Decision) {
         let ca = decision.ca_problem.as_ref().map(|why| format!("no node is configured to pull it: {why}"));
         let refused = node::refusal_message(&decision.refused);
+        let mirrors = (!decision.mirror_problems.is_empty())
+            .then(|| format!("each node pulls these upstreams directly: {}", decision.mirror_problems.join("; ")));
         if let Some(published) = published {
-            if ca != self.logged.0
-                && let Some(why) = &ca
-            {
-                warn!(registry = %published.registry, "{}", safe(why));
-            }
-            if refused != self.logged.1
-                && let Some(why) = &refused
-            {
-                warn!(registry = %published.registry, "{}", safe(why));
+            for (said, logged) in [(&ca, &self.logged.0), (&refused, &self.logged.1)] {
+                if said != logged
+                    && let Some(why) = said
+                {
+                    warn!(registry = %published.registry, "{}", safe(why));
+                }
             }
         }
-        self.logged = (ca.clone(), refused.clone());
-        let notices = [(Reason::CaBundleUnusable, ca), (Reason::AddressNotAllowed, refused)]
-            .into_iter()
-            .filter_map(|(reason, message)| {
-                Some(Notice { regarding: published?.reference.clone(), reason, message: message? })
-            })
-            .collect();
-        self.events.record(notices);
+        if mirrors != self.logged.2
+            && let Some(why) = &mirrors
+        {
+            warn!(configmap = %self.target, "{}", safe(why));
+        }
+        self.logged = (ca.clone(), refused.clone(), mirrors.clone());
+        let plan = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            namespace: Some(self.target.namespace.clone()),
+            name: Some(self.target.name.clone()),
+            ..ObjectReference::default()
+        };
+        let on_registry =
+            [(Reason::CaBundleUnusable, ca), (Reason::AddressNotAllowed, refused)].into_iter().filter_map(
+                |(reason, message)| Some(Notice { regarding: published?.reference.clone(), reason, message: message? }),
+            );
+        let on_plan = mirrors.map(|message| Notice { regarding: plan, reason: Reason::MirrorUnusable, message });
+        self.events.record(on_registry.chain(on_plan).collect());
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.

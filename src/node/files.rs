@@ -69,14 +69,23 @@ impl Report {
 
 /// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
 /// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
-/// `ca.crt` beside it.
+/// `ca.crt` beside it. A mirror's names its upstream as the `server`, which containerd tries when the mirror
+/// fails, and a short `dial_timeout` so a mirror that is down costs little (containerd before 2.1 ignores it).
 pub fn hosts_toml(entry: &HostEntry, owner: &Owner) -> String {
     let ca = if entry.ca.is_some() { format!("  ca = \"{CA_FILE}\"\n") } else { String::new() };
-    owner.mark(&format!(
-        "# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}",
-        address = entry.address,
-        endpoint = entry.endpoint,
-    ))
+    let (address, endpoint) = (&entry.address, &entry.endpoint);
+    let body = match &entry.server {
+        Some(server) => format!(
+            "# Images named {address} are pulled from the mirror {endpoint}, else from {server}.\n\
+             server = \"{server}\"\n\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n\
+             {ca}  dial_timeout = \"{}\"\n",
+            super::mirror::DIAL_TIMEOUT
+        ),
+        None => format!(
+            "# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}"
+        ),
+    };
+    owner.mark(&body)
 }
 
 /// Makes `dir` hold exactly the plan's files of ours: writes what is missing or different, removes ours that the
@@ -84,7 +93,8 @@ pub fn hosts_toml(entry: &HostEntry, owner: &Owner) -> String {
 pub fn sync(dir: &Path, plan: &NodePlan, owner: &Owner) -> io::Result<Report> {
     let mut report = Report::default();
     for entry in &plan.hosts {
-        if !safe_directory_name(&entry.address) || !safe_endpoint(&entry.endpoint) {
+        let server_safe = entry.server.as_deref().is_none_or(safe_endpoint);
+        if !safe_directory_name(&entry.address) || !safe_endpoint(&entry.endpoint) || !server_safe {
             report.failed.push((entry.address.clone(), "not a host:port this agent writes".into()));
             continue;
         }
@@ -203,7 +213,7 @@ fn safe_directory_name(address: &str) -> bool {
         && address.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
-/// `http://` or `https://` and a host:port, nothing that could end the TOML string.
+/// `http://` or `https://` and a host[:port], nothing that could end the TOML string.
 fn safe_endpoint(endpoint: &str) -> bool {
     let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"));
     rest.is_some_and(safe_directory_name)

@@ -7,6 +7,7 @@
 //! node's agent ([`files`]) writes it.
 
 pub mod files;
+pub mod mirror;
 pub mod runtime;
 pub mod state;
 pub mod trust;
@@ -23,6 +24,7 @@ use crate::hosting::address::Host;
 use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
 use crate::watching::{WatchKey, is_object_name};
+pub use mirror::Mirror;
 pub use trust::{AddressPattern, Refusal};
 pub(crate) use watched::node_watch_sets;
 pub use watched::{CaBundle, Interest, Observed};
@@ -33,9 +35,11 @@ pub const PLAN_KEY: &str = "plan.json";
 /// Secrets and trust-manager's bundles use.
 pub const CA_KEY: &str = "ca.crt";
 
-/// The plan format this build writes and reads. A plan of a newer format is refused whole by an older agent, which
-/// then touches nothing: a field it does not know could change what a file must say.
-pub const PLAN_FORMAT: u32 = 1;
+/// The newest plan format this build writes and reads. A plan of a newer format is refused whole by an older agent,
+/// which then touches nothing: a field it does not know could change what a file must say. A plan is written in the
+/// oldest format that holds it (2 only with a mirror's fallback `server`), so an agent one release behind keeps
+/// working until a feature it lacks is used.
+pub const PLAN_FORMAT: u32 = 2;
 
 /// What every node's runtime needs to pull each published address.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,7 +53,7 @@ pub struct NodePlan {
 
 impl Default for NodePlan {
     fn default() -> Self {
-        Self { format: PLAN_FORMAT, hosts: Vec::new() }
+        Self::of(Vec::new())
     }
 }
 
@@ -67,6 +71,17 @@ pub struct HostEntry {
     /// The PEM CA bundle an `https://` endpoint's certificate chains to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<String>,
+    /// For a mirror ([`mirror`]): the upstream the node falls back to when `endpoint` fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+/// What a cluster admin decides of node files: the addresses besides each registry's own that may be redirected,
+/// and the mirrors of public registries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    pub allowed: Vec<AddressPattern>,
+    pub mirrors: Vec<Mirror>,
 }
 
 /// The node concern's whole decision about the published registry.
@@ -77,6 +92,8 @@ pub struct Decision {
     pub ca_problem: Option<String>,
     /// Published addresses that get no node file, each with why (see [`trust`]).
     pub refused: Vec<(String, Refusal)>,
+    /// Why a mirror gets no node file, one sentence each (see [`mirror::entries`]).
+    pub mirror_problems: Vec<String>,
 }
 
 /// The plan for `published`: every published address a node's runtime cannot pull from as it is, mapped to the
@@ -112,9 +129,12 @@ pub fn plan(
             continue;
         }
         match trust::admit(address, &published.own_addresses, allowed) {
-            Ok(()) => {
-                hosts.push(HostEntry { address: address.to_string(), endpoint: endpoint.clone(), ca: ca.clone() })
-            }
+            Ok(()) => hosts.push(HostEntry {
+                address: address.to_string(),
+                endpoint: endpoint.clone(),
+                ca: ca.clone(),
+                server: None,
+            }),
             Err(refusal) => refused.push((address.to_string(), refusal)),
         }
     }
@@ -122,15 +142,25 @@ pub fn plan(
     hosts.dedup();
     refused.sort_by(|a, b| a.0.cmp(&b.0));
     refused.dedup();
-    (NodePlan { hosts, ..NodePlan::default() }, refused)
+    (NodePlan::of(hosts), refused)
 }
 
 /// The node concern's whole decision: the plan for `published` with the CA bundle `observed` holds and the
-/// addresses the admin allowed, why the bundle it names cannot be used, and which addresses get no file.
-pub fn decide(published: Option<&Published>, observed: &Observed, allowed: &[AddressPattern]) -> Decision {
+/// addresses the admin allowed, and the admin's mirrors as far as their Services are usable; why the bundle it
+/// names cannot be used, which addresses get no file, and which mirrors get none. A published address that is also
+/// a mirror's upstream is the mirror's: its file must fall back to the upstream.
+pub fn decide(published: Option<&Published>, observed: &Observed, rules: &Rules) -> Decision {
     let ca = published.map_or(Ok(None), |published| ca_bundle(published, observed));
-    let (plan, refused) = plan(published, ca.as_ref().ok().and_then(Option::as_deref), allowed);
-    Decision { plan, ca_problem: ca.err(), refused }
+    let (registry, mut refused) = plan(published, ca.as_ref().ok().and_then(Option::as_deref), &rules.allowed);
+    let (mirrors, mirror_problems) = mirror::entries(&rules.mirrors, &observed.mirror_services);
+    let mirrored = |address: &str| rules.mirrors.iter().any(|m| m.upstream == address);
+    let (taken, mut hosts): (Vec<HostEntry>, Vec<HostEntry>) =
+        registry.hosts.into_iter().partition(|entry| mirrored(&entry.address));
+    refused.extend(taken.into_iter().map(|entry| (entry.address, Refusal::Mirrored)));
+    refused.sort_by(|a, b| a.0.cmp(&b.0));
+    hosts.extend(mirrors);
+    hosts.sort();
+    Decision { plan: NodePlan::of(hosts), ca_problem: ca.err(), refused, mirror_problems }
 }
 
 /// What a refused address's Event says: the address, why, and what would let it through.
@@ -143,6 +173,10 @@ pub fn refusal_message(refused: &[(String, Refusal)]) -> Option<String> {
                  hostPort) and matches no address a cluster admin allowed (chart value nodeAgent.allowedAddresses)"
             ),
             Refusal::Invalid(why) => format!("{address:?} is no address a node file may be written for: {why}"),
+            Refusal::Mirrored => format!(
+                "{address} is a public registry the cluster admin mirrors (nodeAgent.mirrors): its node file sends \
+                 pulls to that mirror, not to this registry"
+            ),
         })
         .collect();
     (!said.is_empty()).then(|| format!("published, but no node is configured to pull it: {}", said.join("; ")))
@@ -187,9 +221,11 @@ pub fn ca_source(published: &Published) -> Option<Result<CaSource, String>> {
     })
 }
 
-/// The watches the plan of `published` needs: the object holding its CA bundle, when it serves TLS and names one.
-pub fn interest(published: Option<&Published>) -> Interest {
+/// The watches the plan of `published` needs: the object holding its CA bundle, when it serves TLS and names one,
+/// and the Service of each mirror that is one.
+pub fn interest(published: Option<&Published>, rules: &Rules) -> Interest {
     let mut interest = Interest::default();
+    interest.mirror_services.extend(rules.mirrors.iter().filter_map(Mirror::service_key));
     match published.filter(|p| p.ports.tls).and_then(ca_source) {
         Some(Ok(CaSource::ConfigMap(key))) => {
             interest.ca_configmaps.insert(key);
@@ -272,6 +308,8 @@ pub enum Reason {
     AddressNotAllowed,
     /// The node plan is of a newer format than the agent knows: not applied.
     PlanTooNew,
+    /// A mirror the cluster admin set whose Service cannot be used: no node file for its upstream.
+    MirrorUnusable,
 }
 
 impl Reason {
@@ -284,6 +322,7 @@ impl Reason {
             Reason::ConfigPathMismatch => "ConfigPathMismatch",
             Reason::AddressNotAllowed => "AddressNotAllowed",
             Reason::PlanTooNew => "PlanTooNew",
+            Reason::MirrorUnusable => "MirrorUnusable",
         }
     }
 
@@ -359,6 +398,12 @@ pub fn notices(
 }
 
 impl NodePlan {
+    /// The plan of `hosts` (sorted), in the oldest format that holds them.
+    pub fn of(hosts: Vec<HostEntry>) -> Self {
+        let format = if hosts.iter().any(|entry| entry.server.is_some()) { 2 } else { 1 };
+        Self { format, hosts }
+    }
+
     /// The plan as its ConfigMap holds it.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()

@@ -105,6 +105,9 @@ pub struct Runtime {
 pub struct Address {
     pub address: String,
     pub endpoint: String,
+    /// A mirror's upstream, which the node falls back to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     pub verdict: Verdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -159,7 +162,8 @@ pub fn found(plan: &NodePlan, report: &files::Report, runtime: &RuntimeFinding) 
             } else {
                 (Verdict::Configured, None)
             };
-            Address { address: entry.address.clone(), endpoint: entry.endpoint.clone(), verdict, message }
+            let (address, endpoint, server) = (entry.address.clone(), entry.endpoint.clone(), entry.server.clone());
+            Address { address, endpoint, server, verdict, message }
         })
         .collect();
     addresses.sort_by(|a, b| a.address.cmp(&b.address));
@@ -182,7 +186,10 @@ pub fn verdict(plan: &NodePlan, state: &NodeState) -> Result<String, String> {
         }
     }
     if missing.is_empty() {
-        Ok(format!("configured by {}", state.agent.pod))
+        let mirrored: Vec<&str> =
+            plan.hosts.iter().filter(|entry| entry.server.is_some()).map(|entry| entry.address.as_str()).collect();
+        let mirrors = if mirrored.is_empty() { String::new() } else { format!(", mirroring {}", mirrored.join(", ")) };
+        Ok(format!("configured by {}{mirrors}", state.agent.pod))
     } else {
         let mut said = format!("not configured for {} (agent {})", missing.join(", "), state.agent.pod);
         if state.runtime.config_path_check == "elsewhere" {
@@ -200,7 +207,7 @@ mod tests {
     use crate::node::runtime;
 
     fn entry(address: &str) -> HostEntry {
-        HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None }
+        HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
     }
 
     fn state(plan: &NodePlan, report: &files::Report, runtime: &RuntimeFinding) -> NodeState {
@@ -234,6 +241,18 @@ mod tests {
         assert!(said.contains("c:5000 (failed: read-only file system)"), "{said}");
         let clean = state(&plan, &files::Report::default(), &READS);
         assert_eq!(verdict(&plan, &clean), Ok("configured by agent-x".into()));
+    }
+
+    #[test]
+    fn a_mirror_is_a_planned_address_with_its_fallback_and_is_named_on_a_configured_node() {
+        let mirror = HostEntry { server: Some("https://registry-1.docker.io".into()), ..entry("docker.io") };
+        let plan = NodePlan::of(vec![entry("a:5000"), mirror]);
+        let found = state(&plan, &files::Report::default(), &READS);
+        assert_eq!(found.addresses[1].server.as_deref(), Some("https://registry-1.docker.io"));
+        assert_eq!(verdict(&plan, &found), Ok("configured by agent-x, mirroring docker.io".into()));
+        let report = files::Report { foreign: vec!["docker.io".into()], ..files::Report::default() };
+        let foreign = state(&plan, &report, &READS);
+        assert!(verdict(&plan, &foreign).is_err_and(|s| s.starts_with("not configured for docker.io (foreign")));
     }
 
     #[test]

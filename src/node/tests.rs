@@ -117,8 +117,8 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     let tls = published_with(CA_BUNDLE, "secret/registry-tls", true);
     let source = ca_source(&tls).expect("named").expect("valid");
     assert_eq!(source, CaSource::Secret(WatchKey::in_namespace("registry").named("registry-tls")));
-    assert_eq!(interest(Some(&tls)).ca_secrets.len(), 1);
-    assert!(interest(Some(&tls)).ca_configmaps.is_empty());
+    assert_eq!(interest(Some(&tls), &Rules::default()).ca_secrets.len(), 1);
+    assert!(interest(Some(&tls), &Rules::default()).ca_configmaps.is_empty());
     assert_eq!(ca_bundle(&tls, &observed(&source, Ok(Some(Some(CA))))), Ok(Some(CA.to_string())));
     let fault = |found| ca_bundle(&tls, &observed(&source, found)).expect_err("a fault");
     assert_eq!(fault(Ok(None)), "secret/registry-tls does not exist in namespace registry");
@@ -135,12 +135,12 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
         let named = published_with(CA_BUNDLE, bad, true);
         let why = ca_source(&named).expect("named").expect_err(bad);
         assert!(why.contains("must be configmap/<name> or secret/<name>"), "{bad}: {why}");
-        assert_eq!(interest(Some(&named)), Interest::default(), "{bad}");
+        assert_eq!(interest(Some(&named), &Rules::default()), Interest::default(), "{bad}");
         assert_eq!(ca_bundle(&named, &Observed::default()), Err(why));
     }
     // Plain HTTP, or no annotation: no CA, nothing watched.
     let plain = published_with(CA_BUNDLE, "configmap/registry-ca", false);
-    assert_eq!(interest(Some(&plain)), Interest::default());
+    assert_eq!(interest(Some(&plain), &Rules::default()), Interest::default());
     assert_eq!(ca_bundle(&plain, &Observed::default()), Ok(None));
     let unnamed = published_with(annotations::PRIORITY, "1", true);
     assert_eq!(ca_bundle(&unnamed, &Observed::default()), Ok(None));
@@ -263,8 +263,12 @@ fn the_plan_reads_back_as_written() {
 #[test]
 fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_not_write() {
     let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
-    let entry =
-        |address: &str| HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
+    let entry = |address: &str| HostEntry {
+        address: address.into(),
+        endpoint: "http://10.96.0.12:5000".into(),
+        ca: None,
+        server: None,
+    };
     let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")], ..NodePlan::default() };
     let report = files::Report {
         foreign: vec!["b:5000".into()],
@@ -292,7 +296,8 @@ fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_n
 #[test]
 fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothing() {
     let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
-    let entry = HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
+    let entry =
+        HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None };
     let plan = NodePlan { hosts: vec![entry], ..NodePlan::default() };
     let written = files::Report { written: vec!["a:5000".into()], ..files::Report::default() };
     let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
@@ -318,11 +323,54 @@ fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothin
 fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
     let tls = published_with(CA_BUNDLE, "configmap/registry-ca", true);
     let source = ca_source(&tls).expect("named").expect("valid");
-    let found = decide(Some(&tls), &observed(&source, Ok(Some(Some(CA)))), &[]);
+    let found = decide(Some(&tls), &observed(&source, Ok(Some(Some(CA)))), &Rules::default());
     assert_eq!(found.ca_problem, None);
     assert!(!found.plan.hosts.is_empty() && found.plan.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
-    let missing = decide(Some(&tls), &observed(&source, Ok(None)), &[]);
+    let missing = decide(Some(&tls), &observed(&source, Ok(None)), &Rules::default());
     assert_eq!(missing.plan, NodePlan::default());
     assert_eq!(missing.ca_problem.as_deref(), Some("configmap/registry-ca does not exist in namespace registry"));
-    assert_eq!(decide(None, &Observed::default(), &[]), Decision::default());
+    assert_eq!(decide(None, &Observed::default(), &Rules::default()), Decision::default());
+}
+
+#[test]
+fn the_admins_mirrors_are_planned_with_or_without_a_registry_and_take_their_upstream_from_any_registry() {
+    let rules = |allowed: &[&str]| Rules {
+        allowed: allowing(allowed),
+        mirrors: vec!["docker.io=service:cache/docker-hub:5000".parse().expect("a mirror")],
+    };
+    let cache = WatchKey::in_namespace("cache").named("docker-hub");
+    assert_eq!(interest(None, &rules(&[])).mirror_services, [cache.clone()].into());
+    let mut observed = Observed::default();
+    let cache_service = mirror::MirrorService { cluster_ip: Some("10.96.0.50".into()), ports: vec![5000] };
+    observed.mirror_services.insert(cache, Ok(vec![Arc::new(cache_service)]));
+
+    // Nothing published: the mirror alone, in the format that holds a fallback.
+    let alone = decide(None, &observed, &rules(&[]));
+    assert_eq!(entries(&alone.plan), [("docker.io", "http://10.96.0.50:5000")]);
+    assert_eq!(alone.plan.hosts[0].server.as_deref(), Some("https://registry-1.docker.io"));
+    assert_eq!(alone.plan.format, 2);
+    assert_eq!(NodePlan::from_json(&alone.plan.to_json()).expect("reads back"), alone.plan);
+
+    // A registry naming docker.io: refused as ever unless allowed; allowed, the mirror's file still wins.
+    let hijack = published(
+        service("registry", "zot")
+            .cluster_ip("10.96.0.12")
+            .port(None, 5000, None)
+            .annotation(annotations::HOST, "docker.io"),
+    );
+    let refused = decide(Some(&hijack), &observed, &rules(&[]));
+    assert!(refused.refused.contains(&("docker.io".to_string(), Refusal::NotAllowed)), "{:?}", refused.refused);
+    let allowed = decide(Some(&hijack), &observed, &rules(&["docker.io"]));
+    assert!(allowed.refused.contains(&("docker.io".to_string(), Refusal::Mirrored)), "{:?}", allowed.refused);
+    let docker: Vec<&HostEntry> = allowed.plan.hosts.iter().filter(|e| e.address == "docker.io").collect();
+    assert_eq!(docker.len(), 1);
+    assert_eq!(docker[0].endpoint, "http://10.96.0.50:5000");
+    assert!(refusal_message(&allowed.refused).is_some_and(|m| m.contains("nodeAgent.mirrors")));
+    // Without the registry or a fallback, plans stay in the first format an older agent reads.
+    assert_eq!(decide(Some(&hijack), &Observed::default(), &rules(&["docker.io"])).plan.format, 1);
+    let unusable = decide(None, &Observed::default(), &rules(&[]));
+    assert_eq!(
+        unusable.mirror_problems,
+        ["the mirror of docker.io (Service cache/docker-hub port 5000): not read yet"]
+    );
 }

@@ -87,6 +87,8 @@ pub enum Refusal {
     NotAllowed,
     /// It is no registry address a node file may be written for (containerd's `_default`, a path).
     Invalid(String),
+    /// It is the upstream of a mirror the cluster admin set, whose file it gets instead.
+    Mirrored,
 }
 
 /// Whether node files may be written for `address` of a registry whose own addresses are `own`.

@@ -15,6 +15,8 @@ macro_rules! node_watch_sets {
             ca_configmaps: ::k8s_openapi::api::core::v1::ConfigMap => $crate::node::CaBundle [findings],
             /// The Secret a TLS registry names as its CA bundle, by name; only its `ca.crt` is kept.
             ca_secrets: ::k8s_openapi::api::core::v1::Secret => $crate::node::CaBundle [findings],
+            /// The Service of each mirror the cluster admin set, by name: its ClusterIP is where nodes pull from.
+            mirror_services: ::k8s_openapi::api::core::v1::Service => $crate::node::mirror::MirrorService [findings],
         }
     };
 }

@@ -149,3 +149,28 @@ describes (the release's own ExternalName Service), which the admin chose by ins
 {{- end }}
 {{- join "," (uniq $allowed) -}}
 {{- end -}}
+
+{{- /*
+The mirrors of public registries (--node-mirrors), comma-separated UPSTREAM=service:NAMESPACE/NAME:PORT or
+UPSTREAM=ENDPOINT; fails on an entry with neither or both, and on a second mirror for one upstream.
+*/ -}}
+{{- define "lrp.nodeMirrors" -}}
+{{- $mirrors := list -}}
+{{- $upstreams := list -}}
+{{- range .Values.nodeAgent.mirrors }}
+{{- if has .upstream $upstreams }}
+{{- fail (printf "nodeAgent.mirrors: %q has two mirrors; one mirror per upstream" .upstream) }}
+{{- end }}
+{{- $upstreams = append $upstreams .upstream -}}
+{{- if and .service .endpoint }}
+{{- fail (printf "nodeAgent.mirrors: the mirror of %q has both a service and an endpoint; give one" .upstream) }}
+{{- else if .service }}
+{{- $mirrors = append $mirrors (printf "%s=service:%s/%s:%d" .upstream .service.namespace .service.name (int .service.port)) -}}
+{{- else if .endpoint }}
+{{- $mirrors = append $mirrors (printf "%s=%s" .upstream .endpoint) -}}
+{{- else }}
+{{- fail (printf "nodeAgent.mirrors: the mirror of %q needs a service ({namespace, name, port}) or an endpoint (http://host:port)" .upstream) }}
+{{- end }}
+{{- end }}
+{{- join "," $mirrors -}}
+{{- end -}}

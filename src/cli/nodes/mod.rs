@@ -42,8 +42,8 @@ pub async fn report(
             }
         }
         _ => {
-            let allowed = agents.map(|a| a.allowed_addresses.as_slice()).unwrap_or_default();
-            crate::controller::node::observe(client, published, allowed).await
+            let rules = agents.map(|a| a.rules.clone()).unwrap_or_default();
+            crate::controller::node::observe(client, published, &rules).await
         }
     };
     let (plan, ca_problem) = (decision.plan, decision.ca_problem);
@@ -68,16 +68,31 @@ pub async fn report(
                      (chart value nodeAgent.allowedAddresses)"
                     .to_string(),
                 Refusal::Invalid(why) => why.clone(),
+                Refusal::Mirrored => "the cluster admin mirrors it (chart value nodeAgent.mirrors), so its node \
+                     file sends pulls to that mirror"
+                    .to_string(),
             };
             say!("  {address} is published but no node is configured to pull it: {why}");
         }
     }
+    // A mirror the admin set that cannot be used is a fault: its upstream is pulled directly.
+    let mirrors_usable = decision.mirror_problems.is_empty();
+    for problem in &decision.mirror_problems {
+        say!("  {problem}; each node pulls it from the upstream directly");
+    }
     if plan.hosts.is_empty() {
         say!("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
-        return true;
+        return mirrors_usable;
     }
     for entry in &plan.hosts {
-        say!("  {} needs a hosts.toml mapping it to {}", entry.address, entry.endpoint);
+        match &entry.server {
+            Some(server) => say!(
+                "  {} is mirrored: a hosts.toml sends its pulls to {} first, then to {server}",
+                entry.address,
+                entry.endpoint
+            ),
+            None => say!("  {} needs a hosts.toml mapping it to {}", entry.address, entry.endpoint),
+        }
     }
     let Some(agents) = agents else {
         say!(
@@ -120,7 +135,7 @@ pub async fn report(
     };
     let events = Api::<Event>::namespaced(client.clone(), &agents.namespace);
     let events = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-    let mut well = true;
+    let mut well = mirrors_usable;
     for node in &nodes {
         let name = node.name_any();
         let pod = pods.iter().copied().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name));

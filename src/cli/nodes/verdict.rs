@@ -234,13 +234,19 @@ mod tests {
     }
 
     fn plan() -> NodePlan {
-        let entry = HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None };
+        let entry =
+            HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None };
         NodePlan { hosts: vec![entry], ..NodePlan::default() }
     }
 
     fn state(uid: &str, verdict: Verdict) -> NodeState {
-        let address =
-            Address { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), verdict, message: None };
+        let address = Address {
+            address: "a:5000".into(),
+            endpoint: "http://10.96.0.12:5000".into(),
+            server: None,
+            verdict,
+            message: None,
+        };
         NodeState {
             agent: Agent { pod: "agent-x".into(), uid: uid.into(), version: "0.1.0".into() },
             addresses: vec![address],

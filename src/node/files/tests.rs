@@ -14,7 +14,7 @@ fn hosts_dir() -> PathBuf {
 }
 
 fn entry(address: &str, endpoint: &str) -> HostEntry {
-    HostEntry { address: address.into(), endpoint: endpoint.into(), ca: None }
+    HostEntry { address: address.into(), endpoint: endpoint.into(), ca: None, server: None }
 }
 
 fn plan(entries: &[HostEntry]) -> NodePlan {
@@ -213,4 +213,29 @@ fn the_agents_of_two_releases_on_one_node_each_keep_only_their_own_files() {
     assert_eq!(sync(&dir, &NodePlan::default(), &other).expect("synced").removed, ["10.96.0.40:5000"]);
     assert_eq!(sync(&dir, &NodePlan::default(), &owner()).expect("synced").removed, [CLUSTER_NAME]);
     assert!(names(&dir).is_empty());
+}
+
+#[test]
+fn a_mirrors_file_tries_the_mirror_first_with_a_short_dial_timeout_then_falls_back_to_the_upstream() {
+    let mirror = HostEntry {
+        server: Some("https://registry-1.docker.io".into()),
+        ..entry("docker.io", "http://10.96.0.50:5000")
+    };
+    let text = hosts_toml(&mirror, &owner());
+    assert!(text.starts_with(HEADER), "{text}");
+    // TOML: a top-level key after a table would belong to the table, so `server` comes first.
+    let server = text.find("server = \"https://registry-1.docker.io\"\n").expect("the upstream as fallback");
+    let host = text.find("[host.\"http://10.96.0.50:5000\"]\n").expect("the mirror");
+    assert!(server < host, "{text}");
+    assert!(text[host..].contains("  capabilities = [\"pull\", \"resolve\"]\n  dial_timeout = \"2s\"\n"), "{text}");
+    let parsed: toml::Table = toml::from_str(&text).expect("containerd parses it");
+    assert_eq!(parsed["server"].as_str(), Some("https://registry-1.docker.io"));
+    assert_eq!(parsed["host"]["http://10.96.0.50:5000"]["dial_timeout"].as_str(), Some("2s"));
+    let dir = hosts_dir();
+    assert_eq!(sync(&dir, &plan(std::slice::from_ref(&mirror)), &owner()).expect("synced").written, ["docker.io"]);
+    // A fallback that could end the TOML string is never written.
+    let forged = HostEntry { server: Some("https://x\"\n[host.\"http://evil".into()), ..mirror };
+    let report = sync(&dir, &plan(&[forged]), &owner()).expect("synced");
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(std::fs::read_to_string(dir.join("docker.io/hosts.toml")).expect("kept").contains("registry-1.docker.io"));
 }
