@@ -1423,7 +1423,15 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
         "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
     apply_in(&tenant, &tenant_ns, hijack).await;
     let values = |extra: &[String]| tenant_release_values(&ns, &tenant_ns, extra);
-    helm_install("mirror", &ns, &values(&docker_hub_mirror(&ns)).iter().map(String::as_str).collect::<Vec<_>>());
+    // Besides it, a mirror of ghcr.io whose Service does not exist: told, and no file.
+    let mut mirrors = docker_hub_mirror(&ns);
+    mirrors.extend([
+        "nodeAgent.mirrors[1].upstream=ghcr.io".into(),
+        format!("nodeAgent.mirrors[1].service.namespace={ns}"),
+        "nodeAgent.mirrors[1].service.name=absent".into(),
+        "nodeAgent.mirrors[1].service.port=5000".into(),
+    ]);
+    helm_install("mirror", &ns, &values(&mirrors).iter().map(String::as_str).collect::<Vec<_>>());
     let tenant_own = format!("{}:5000", cluster_ip(&client, &tenant_ns, "registry").await);
     wait_hosts_toml(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
 
@@ -1436,6 +1444,13 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     assert_eq!(hosts_toml("docker.io").as_deref(), Some(theirs));
     let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
     assert!(told.contains("docker.io does not name this Service alone"), "{told}");
+    let plan = "mirror-local-registry-publisher-node-plan";
+    let told = wait_event_note(&client, &ns, plan, "MirrorUnusable").await;
+    assert!(told.contains(&format!("the mirror of ghcr.io (Service {ns}/absent port 5000): does not exist")), "{told}");
+    wait_pod_metrics(&client, &ns, "controller", |t| t.contains("local_registry_publisher_node_mirrors_unusable 1\n"))
+        .await;
+    assert!(report.contains("the mirror of ghcr.io"), "{report}");
+    assert!(!node().hosts_dir().join("ghcr.io").exists(), "no file for a mirror that cannot be used");
 
     // Once it is gone, the agent writes the mirror's file: the cache first, Docker Hub as the fallback.
     std::fs::remove_file(docker_dir.join("hosts.toml")).unwrap();
@@ -1469,6 +1484,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
         "pulling {image} without the mirror: {:?}",
         waiting(&client, &ns, "without-mirror").await
     );
+    println!("without the mirror, containerd says: {}", failed.unwrap_or_default());
     ok(tool("helm", &["uninstall", "mirror", "-n", &ns, "--wait", "--timeout", "180s"]));
     wait_hosts_toml(&tenant_own, "after uninstall", |t| t.is_none()).await;
     assert!(!docker_dir.exists(), "nothing of ours is left for docker.io");
