@@ -246,7 +246,7 @@ fn pull_credentials(published: Option<&Published>, observed: &pull::Observed, se
             say!("  registry {} names the credentials Secret {namespace}/{name}", p.registry);
         }
     }
-    let labelled: Vec<&str> = observed.namespaces.iter().map(|n| n.as_str()).collect();
+    let labelled: Vec<&str> = observed.namespaces.iter().map(|n| n.name.as_str()).collect();
     say!("  labelled namespaces: {}", if labelled.is_empty() { "none".into() } else { labelled.join(", ") });
     let holding: Vec<String> =
         observed.secrets.iter().filter(|s| pull::is_ours(s)).filter_map(|s| s.namespace()).collect();

@@ -26,7 +26,7 @@ use crate::settings::PullSecrets;
 use crate::watching::WatchKey;
 pub use credentials::Credentials;
 pub(crate) use watched::pull_watch_sets;
-pub use watched::{Interest, Observed};
+pub use watched::{Interest, Observed, WantedNamespace};
 
 pub const SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
 pub const DATA_KEY: &str = ".dockerconfigjson";
@@ -89,7 +89,7 @@ pub fn interest(published: Option<&Published>, observed: &Observed, settings: &P
     interest.namespaces.insert(WatchKey::everywhere().labels(wanted));
     interest.secrets.insert(WatchKey::everywhere().named(&settings.name));
     // Where our Secret should be, and where it still is until removed (its entries go first).
-    let mut namespaces: BTreeSet<&str> = observed.namespaces.iter().map(|n| n.as_str()).collect();
+    let mut namespaces: BTreeSet<&str> = observed.namespaces.iter().map(|n| n.name.as_str()).collect();
     namespaces.extend(observed.secrets.iter().filter(|s| is_ours(s)).filter_map(|s| s.metadata.namespace.as_deref()));
     for namespace in namespaces {
         for account in &settings.service_accounts {
@@ -154,8 +154,14 @@ pub fn plan(published: Option<&Published>, observed: &Observed, settings: &PullS
     }
     // Namespaces that hold (or will hold) our Secret once this plan is carried out.
     let mut holding: BTreeSet<&str> = BTreeSet::new();
+    // A namespace being deleted takes our Secret and its ServiceAccounts with it, and refuses anything new: left alone.
+    let terminating: BTreeSet<&str> =
+        observed.namespaces.iter().filter(|n| n.terminating).map(|n| n.name.as_str()).collect();
     for namespace in &observed.namespaces {
-        let namespace = namespace.as_str();
+        let namespace = namespace.name.as_str();
+        if terminating.contains(namespace) {
+            continue;
+        }
         if namespace == PUBLIC_NAMESPACE {
             if let (Some(registry), Desired::Config(_)) = (published, &desired) {
                 plan.notices.push(warning(
@@ -196,13 +202,14 @@ pub fn plan(published: Option<&Published>, observed: &Observed, settings: &PullS
         }
     }
     for (namespace, secret) in &ours {
-        if !holding.contains(namespace) {
+        if !holding.contains(namespace) && !terminating.contains(namespace) {
             plan.delete.push((namespace.to_string(), secret.metadata.uid.clone()));
         }
     }
     for account in &observed.accounts {
         let namespace = account.metadata.namespace.as_deref().unwrap_or_default();
-        if !settings.service_accounts.iter().any(|n| Some(n) == account.metadata.name.as_ref()) {
+        let chosen = settings.service_accounts.iter().any(|n| Some(n) == account.metadata.name.as_ref());
+        if !chosen || terminating.contains(namespace) {
             continue;
         }
         let patch = if holding.contains(namespace) {

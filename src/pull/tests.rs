@@ -41,7 +41,10 @@ fn source(pairs: &[(&str, &str)]) -> Arc<Secret> {
 fn observed(namespaces: &[&str], token: &str) -> Observed {
     Observed {
         credentials: credentials(Ok(Some(source(&[("token", token)])))),
-        namespaces: namespaces.iter().map(|n| Arc::new(n.to_string())).collect(),
+        namespaces: namespaces
+            .iter()
+            .map(|n| Arc::new(WantedNamespace { name: n.to_string(), terminating: false }))
+            .collect(),
         ..Observed::default()
     }
 }
@@ -216,7 +219,7 @@ fn when_the_registry_or_its_annotation_goes_only_what_we_added_is_removed() {
     assert!(plan(Some(&published), &observed, &accounts).is_empty());
 
     // "other" is no longer opted in, and then the annotation goes.
-    observed.namespaces.retain(|n| n.as_str() != "other");
+    observed.namespaces.retain(|n| n.name != "other");
     let unlabelled = plan(Some(&published), &observed, &accounts);
     assert_eq!(unlabelled.delete, [("other".to_string(), Some("uid-1".to_string()))]);
     assert_eq!(unlabelled.accounts.len(), 1);
@@ -260,4 +263,31 @@ fn two_releases_sharing_an_account_each_keep_their_own_mark() {
             "value": "other-pull"}),
         "the other release's mark stays"
     );
+}
+
+#[test]
+fn a_namespace_being_deleted_gets_no_write_and_loses_nothing_by_the_controller() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["app", "going"], "t0ken");
+    let accounts = settings(&["default"]);
+    observed.accounts = vec![account("app", "default", &[], None), account("going", "default", &[], None)];
+    for namespace in observed.namespaces.iter_mut() {
+        if namespace.name == "going" {
+            Arc::make_mut(namespace).terminating = true;
+        }
+    }
+    let touched = |plan: &Plan, ns: &str| {
+        plan.apply.iter().any(|s| s.metadata.namespace.as_deref() == Some(ns))
+            || plan.delete.iter().any(|(n, _)| n == ns)
+            || plan.accounts.iter().any(|a| a.namespace == ns)
+    };
+    // Nothing new is written there (the API server would refuse it)...
+    let first = plan(Some(&published), &observed, &accounts);
+    assert!(!touched(&first, "going") && touched(&first, "app"), "{first:?}");
+    assert!(first.notices.is_empty(), "{:?}", first.notices);
+    // ...and what is there is not removed (the namespace takes it), even with the registry gone.
+    let secret = |ns: &str| stored(pull_secret(ns, "{}", &accounts, Some(&published)));
+    observed.secrets = vec![secret("app"), secret("going")];
+    let gone = plan(None, &observed, &accounts);
+    assert!(!touched(&gone, "going") && touched(&gone, "app"), "{gone:?}");
 }

@@ -1,7 +1,7 @@
 //! What the pull credentials watch: the one list of their watch sets ([`pull_watch_sets`]), from which the
 //! [`Interest`], the [`Observed`] snapshot and the controller's watch sets are made.
 
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 
 use crate::watching::{Keep, interest_and_snapshot};
 
@@ -13,7 +13,7 @@ macro_rules! pull_watch_sets {
             /// Secret may not be read), not an outage.
             credentials: ::k8s_openapi::api::core::v1::Secret => ::k8s_openapi::api::core::v1::Secret [findings],
             /// Namespaces a cluster admin labelled to receive the pull Secret.
-            namespaces: ::k8s_openapi::api::core::v1::Namespace => String,
+            namespaces: ::k8s_openapi::api::core::v1::Namespace => $crate::pull::WantedNamespace,
             /// Every Secret with the pull Secret's name, ours or not.
             secrets: ::k8s_openapi::api::core::v1::Secret => ::k8s_openapi::api::core::v1::Secret,
             /// The chosen ServiceAccounts, each by name, where our Secret is or should be.
@@ -24,6 +24,21 @@ macro_rules! pull_watch_sets {
 pub(crate) use pull_watch_sets;
 
 interest_and_snapshot!(pull_watch_sets, Interest, Observed);
+
+/// A namespace labelled to receive the pull Secret: its name, and whether it is being deleted, when the API
+/// server refuses anything new in it and its Secret and ServiceAccounts go with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedNamespace {
+    pub name: String,
+    pub terminating: bool,
+}
+
+impl Keep<Namespace> for WantedNamespace {
+    fn keep(namespace: Namespace) -> Self {
+        let terminating = namespace.metadata.deletion_timestamp.is_some();
+        Self { name: namespace.metadata.name.unwrap_or_default(), terminating }
+    }
+}
 
 /// Secrets are kept whole but for other managers' field entries: their data is what is compared and copied, and
 /// our field manager's entry is what makes one ours.
