@@ -13,11 +13,16 @@
 #
 # IMAGE_REPOSITORY is where the release pushes the image (the workflow: ghcr.io/<owner>/<repository>); the chart
 # packaged from a checkout defaults to the local image `make image` builds.
+#
+# It runs on the release runners' own shells: macOS's /bin/bash is 3.2, where "${array[@]}" of an empty array is an
+# unbound variable under `set -u`, so arrays are expanded as ${array[@]+"${array[@]}"} (tests/release.rs checks).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 name=local-registry-publisher
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n1)
+# A checkout with CRLF line ends (Windows without .gitattributes' eol=lf) must not yield an empty version.
+version=$(tr -d '\r' <"$root/Cargo.toml" | sed -n 's/^version = "\(.*\)"$/\1/p' | head -n1)
+[ -n "$version" ] || { echo "[dist] no version in $root/Cargo.toml" >&2; exit 1; }
 case $(uname -m) in x86_64) arch=amd64 ;; aarch64 | arm64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
 case $(uname -s) in Linux) os=linux ;; Darwin) os=darwin ;; MINGW* | MSYS* | CYGWIN*) os=windows ;; *) os=unknown ;; esac
 
@@ -53,8 +58,10 @@ image() {
   say "image: $out/$name-$version-image-linux-$arch.oci.tar"
 }
 
-# The CLI for its users' laptops: the binary under its own name and under kubectl's plugin name (README "kubectl
-# plugin"; a symbolic link, a copy on Windows), the license and the README; a .zip on Windows, a .tar.gz elsewhere.
+# The CLI for its users' laptops: the binary, the license and the README; a .zip on Windows, a .tar.gz elsewhere.
+# Only regular files: krew's extractor refuses anything else (a symbolic link stops the install with "unable to
+# handle file type"), and krew itself links kubectl-registry_hosting to the binary. Windows has no links for users
+# who unpack it by hand, so its archive also carries a copy under the plugin's name.
 cli() {
   local out=$1 exe="" stage file
   [ "$os" = windows ] && exe=.exe
@@ -66,14 +73,18 @@ cli() {
   if [ "$os" = windows ]; then
     cp "$binary" "$stage/kubectl-registry_hosting$exe"
     file="$name-$version-$os-$arch.zip"
-    (cd "$stage" && 7z a -tzip -bd "$out/$file" . >/dev/null)
+    # 7-Zip on the Windows runners; Info-ZIP elsewhere.
+    if command -v 7z >/dev/null; then
+      (cd "$stage" && 7z a -tzip -bd "$out/$file" . >/dev/null)
+    else
+      (cd "$stage" && zip -q -X -r "$out/$file" .)
+    fi
   else
-    ln -s "$name" "$stage/kubectl-registry_hosting"
     file="$name-$version-$os-$arch.tar.gz"
     # Reproducible where tar is GNU tar (Linux); macOS's bsdtar has no such options.
     local same=()
     tar --version 2>/dev/null | grep -q 'GNU tar' && same=(--sort=name --owner=0 --group=0 --mtime=@0)
-    tar "${same[@]}" -C "$stage" -czf "$out/$file" .
+    tar ${same[@]+"${same[@]}"} -C "$stage" -czf "$out/$file" .
   fi
   say "cli: $out/$file"
 }
@@ -102,10 +113,10 @@ YAML
     platform=${file#"$name-$version-"}
     case $platform in *.tar.gz) platform=${platform%.tar.gz} ;; *.zip) platform=${platform%.zip} ;; *) continue ;; esac
     case $platform in image-*) continue ;; esac
-    # krew links kubectl-registry_hosting to `bin`; the program knows it runs as the plugin by that name. Windows
-    # has no links there, so its archive carries a copy under the plugin's name.
+    # krew links (on Windows: copies) kubectl-registry_hosting to `bin`; the program knows it runs as the plugin
+    # by that name.
     goos=${platform%-*} goarch=${platform#*-} bin=$name
-    [ "$goos" = windows ] && bin=kubectl-registry_hosting.exe
+    [ "$goos" = windows ] && bin=$name.exe
     found=$((found + 1))
     cat <<YAML
     - selector:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane and the tests' authenticating registry, CoreDNS, actionlint) into a cache outside the work tree, after
+# crane and the tests' authenticating registry, CoreDNS, actionlint, krew) into a cache outside the work tree, after
 # installing the Debian packages they need.
 #
 #   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
@@ -46,6 +46,7 @@ tools() {
   echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane authregistry=local-registry-publisher/tools/crane/authregistry"
   echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
   echo "actionlint|$(module_version actionlint github.com/rhysd/actionlint)|actionlint=github.com/rhysd/actionlint/cmd/actionlint"
+  echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
 }
 
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI

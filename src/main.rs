@@ -3,9 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use local_registry_publisher::{app, cli, config::Args, memory};
 
-/// Installed under this name, the binary is a kubectl plugin: `kubectl registry-hosting get`.
-const PLUGIN: &str = "kubectl-registry_hosting";
-
 fn main() -> ExitCode {
     // Before the runtime starts its threads, so none gets an arena of its own.
     memory::use_one_arena();
@@ -14,7 +11,8 @@ fn main() -> ExitCode {
         Err(error) => return refused(&error),
     };
     let invoked_as = std::env::args().next().unwrap_or_default();
-    if args.command.is_none() && invoked_as.rsplit('/').next() == Some(PLUGIN) {
+    // Installed under kubectl's plugin name, the binary is `kubectl registry-hosting get`.
+    if args.command.is_none() && cli::invoked_as_plugin(&invoked_as) {
         // As a plugin it only reads: running the controller needs an explicit binary.
         eprintln!("usage: kubectl registry-hosting get [-o text|json|yaml] | render -f FILE   (see --help)");
         return ExitCode::from(2);

@@ -32,7 +32,41 @@ pub fn published_status(text: Option<&str>, verdicts: &[readers::Verdict]) -> u8
     }
 }
 
+/// The name kubectl finds a plugin by (`kubectl registry-hosting`).
+pub const PLUGIN: &str = "kubectl-registry_hosting";
+
+/// Whether the program was started under the plugin's name: `argv[0]` as kubectl or a shell passes it, a path with
+/// `/` or, on Windows, `\` separators, and there with `.exe` (krew copies the binary under that name).
+pub fn invoked_as_plugin(argv0: &str) -> bool {
+    let file = argv0.rsplit(['/', '\\']).next().unwrap_or_default();
+    let stem =
+        file.len().checked_sub(4).filter(|&at| file.is_char_boundary(at) && file[at..].eq_ignore_ascii_case(".exe"));
+    stem.map_or(file, |at| &file[..at]) == PLUGIN
+}
+
 pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_NONE: u8 = 3;
 pub const EXIT_READER_REJECTS: u8 = 4;
 pub const EXIT_UNREACHABLE: u8 = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::invoked_as_plugin;
+
+    #[test]
+    fn the_plugin_name_is_recognised_however_the_system_spells_the_path() {
+        for plugin in [
+            "kubectl-registry_hosting",
+            "/home/me/.krew/bin/kubectl-registry_hosting",
+            "C:\\Users\\me\\.krew\\bin\\kubectl-registry_hosting.exe",
+            "C:/Users/me/.krew/bin/kubectl-registry_hosting.EXE",
+        ] {
+            assert!(invoked_as_plugin(plugin), "{plugin}");
+        }
+        for other in
+            ["local-registry-publisher", "C:\\bin\\local-registry-publisher.exe", "kubectl-registry_hosting.sh", ""]
+        {
+            assert!(!invoked_as_plugin(other), "{other}");
+        }
+    }
+}
