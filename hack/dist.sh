@@ -6,7 +6,10 @@
 #   hack/dist.sh chart <dir> [image repository] the packaged chart; its default image.repository is the argument
 #   hack/dist.sh image <dir>                   the controller image as an OCI layout archive (needs `make image`)
 #   hack/dist.sh cli <dir>                     the CLI as <name>-<version>-<os>-<arch>.tar.gz (needs a release build)
-#   hack/dist.sh sbom <dir>                    a CycloneDX SBOM of the crates in the controller binary
+#   hack/dist.sh sbom <dir>                    a CycloneDX SBOM of this architecture's image: the crates in the
+#                                              controller binary and the Debian packages of its C libraries
+#   hack/dist.sh index <dir>                   one OCI layout (<dir>/image-index) holding every architecture's image
+#                                              of <dir> under an index annotated like each image, for `crane push`
 #   hack/dist.sh sums <dir>                    SHA256SUMS of every file in <dir>
 #   hack/dist.sh krew <dir> <download base URL> a krew plugin manifest for the CLI archives in <dir>/SHA256SUMS
 #   hack/dist.sh notes                         this version's CHANGELOG section
@@ -145,14 +148,50 @@ notes() {
 }
 
 sbom() {
-  local out=$1 cyclonedx
+  local out=$1 cyclonedx packages="$root/target/image/$name.packages.json" file="$name-$version-linux-$arch.cdx.json"
+  [ -f "$packages" ] || { say "$packages is missing: run 'make image' first"; return 1; }
   cyclonedx=$("$root/hack/cargo-tool.sh" cargo-cyclonedx 0.5.9)
   # Normal dependencies of the binary's package only: what ships, not the tests' or the workspace's tools.
   (cd "$root" && "$cyclonedx" cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
     --no-build-deps --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$name-sbom" >/dev/null)
-  mv "$root/$name-sbom.json" "$out/$name-$version.cdx.json"
   rm -f "$root/testbed/$name-sbom.json"
-  say "sbom: $out/$name-$version.cdx.json"
+  # The image's other files: the C libraries, each from the Debian package `make image` recorded in the image.
+  jq --slurpfile debs "$packages" '.components += [$debs[0][] | {type: "library", "bom-ref": .purl, name, version,
+      purl, licenses: [{expression: .license}], properties: [{name: "debian:source", value: .source}]}]' \
+    "$root/$name-sbom.json" >"$out/$file"
+  rm -f "$root/$name-sbom.json"
+  say "sbom: $out/$file"
+}
+
+# Every architecture's image archive in <dir> as one OCI layout, <dir>/image-index, whose index.json names one image
+# index that lists each image and carries their annotations (title, description, licenses, version, revision,
+# source): `crane push <dir>/image-index <reference>` pushes it whole, annotations included (crane's `index append`
+# writes none).
+index() {
+  local out=$1 merged="$1/image-index" archive unpacked descriptors="[]" annotations="{}" blob digest
+  rm -rf "$merged" && mkdir -p "$merged/blobs/sha256"
+  for archive in "$out/$name-$version"-image-linux-*.oci.tar; do
+    [ -f "$archive" ] || { say "no image archives in $out: run 'hack/dist.sh image $out' first"; return 1; }
+    unpacked="$scratch/$(basename "$archive" .oci.tar)"
+    mkdir -p "$unpacked" && tar -xf "$archive" -C "$unpacked"
+    cp "$unpacked"/blobs/sha256/* "$merged/blobs/sha256/"
+    descriptors=$(jq --argjson all "$descriptors" '$all + [.manifests[0]
+      | .annotations |= with_entries(select(.key | startswith("org.opencontainers.image.") and . != "org.opencontainers.image.ref.name"))]' \
+      "$unpacked/index.json")
+    annotations=$(jq '.manifests[0].annotations | with_entries(select(.key | startswith("org.opencontainers.image.")
+      and . != "org.opencontainers.image.ref.name"))' "$unpacked/index.json")
+  done
+  blob=$(jq -cn --argjson manifests "$descriptors" --argjson annotations "$annotations" '{schemaVersion: 2,
+    mediaType: "application/vnd.oci.image.index.v1+json", manifests: $manifests, annotations: $annotations}')
+  printf '%s' "$blob" >"$scratch/index-blob"
+  digest=$(sha256sum "$scratch/index-blob" | cut -d' ' -f1)
+  mv "$scratch/index-blob" "$merged/blobs/sha256/$digest"
+  jq -cn --arg digest "sha256:$digest" --argjson size "$(wc -c <"$merged/blobs/sha256/$digest")" '{schemaVersion: 2,
+    mediaType: "application/vnd.oci.image.index.v1+json",
+    manifests: [{mediaType: "application/vnd.oci.image.index.v1+json", digest: $digest, size: $size}]}' \
+    >"$merged/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' >"$merged/oci-layout"
+  say "image index: $merged ($(jq '.manifests | length' "$merged/blobs/sha256/$digest") images)"
 }
 
 sums() {
@@ -164,7 +203,7 @@ sums() {
 main() {
   local command=${1:-} out=${2:-}
   [ "$command" = notes ] && { notes; return; }
-  [ -n "$command" ] && [ -n "$out" ] || { sed -n '4,14p' "$0" >&2; exit 2; }
+  [ -n "$command" ] && [ -n "$out" ] || { sed -n '4,17p' "$0" >&2; exit 2; }
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   case $command in
@@ -174,8 +213,8 @@ main() {
       (cd "$out" && ls -l --block-size=K | tail -n +2 | awk '{ printf "[dist]   %8s  %s\n", $5, $9 }') >&2 ;;
     chart) chart "$out" "${3:-}" ;;
     krew) krew "$out" "${3:?hack/dist.sh krew <dir> <download base URL>}" ;;
-    image | cli | sbom | sums) "$command" "$out" ;;
-    *) sed -n '4,14p' "$0" >&2; exit 2 ;;
+    image | cli | sbom | sums | index) "$command" "$out" ;;
+    *) sed -n '4,17p' "$0" >&2; exit 2 ;;
   esac
 }
 

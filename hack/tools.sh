@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane and the tests' authenticating registry, CoreDNS, actionlint, krew) into a cache outside the work tree, after
+# crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft) into a cache outside the work tree, after
 # installing the Debian packages they need.
 #
 #   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
@@ -47,12 +47,14 @@ tools() {
   echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
   echo "actionlint|$(module_version actionlint github.com/rhysd/actionlint)|actionlint=github.com/rhysd/actionlint/cmd/actionlint"
   echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
+  echo "syft|$(module_version syft github.com/anchore/syft)|syft=github.com/anchore/syft/cmd/syft"
 }
 
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
-# portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`).
+# portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`); jq
+# merges the image's Debian packages into its SBOM (hack/dist.sh).
 # Installed here so the README's two commands stay the only set-up.
-debian_packages="libseccomp-dev pkg-config iptables shellcheck"
+debian_packages="libseccomp-dev pkg-config iptables shellcheck jq"
 ensure_debian_packages() {
   local missing=() pkg
   for pkg in $debian_packages; do

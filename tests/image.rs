@@ -105,3 +105,49 @@ fn make_image_agrees_with_the_dockerfile() {
     let size: u64 = manifest["layers"][0]["size"].as_u64().unwrap() + manifest["config"]["size"].as_u64().unwrap();
     eprintln!("controller image: {:.1} MB compressed", size as f64 / 1e6);
 }
+
+/// What a scanner sees of the image: syft (built from its pinned module) reads the layout `make image` writes and
+/// finds the Debian packages the C libraries come from, at the versions the build machine's dpkg has, and every
+/// file but the program belongs to one of them or is their record.
+#[test]
+fn a_scanner_sees_every_file_of_the_image_in_a_package_it_lists() {
+    let layout = root().join("target/image/local-registry-publisher");
+    assert!(layout.join("index.json").exists(), "{} is missing: run `make image` (make test does)", layout.display());
+    let syft = testbed::tools::bin_dir().expect("the tools are built (make test builds them)").join("syft");
+    let output = std::process::Command::new(syft)
+        .args(["scan", "-q", "-o", "syft-json"])
+        .arg(format!("oci-dir:{}", layout.display()))
+        .env("SYFT_CHECK_FOR_APP_UPDATE", "false")
+        .output()
+        .expect("run syft");
+    assert!(output.status.success(), "syft: {}", String::from_utf8_lossy(&output.stderr));
+    let scan: Value = serde_json::from_slice(&output.stdout).expect("syft's JSON");
+    let debs: Vec<&Value> = scan["artifacts"].as_array().unwrap().iter().filter(|a| a["type"] == "deb").collect();
+    let recorded: Value = serde_json::from_slice(
+        &std::fs::read(root().join("target/image/local-registry-publisher.packages.json")).expect("packages.json"),
+    )
+    .unwrap();
+    let seen: Vec<(&str, &str)> =
+        debs.iter().map(|a| (a["name"].as_str().unwrap(), a["version"].as_str().unwrap())).collect();
+    let wanted: Vec<(&str, &str)> = recorded
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen, wanted);
+    assert!(wanted.iter().any(|(name, _)| *name == "libc6"), "{wanted:?}");
+    let owned: Vec<&str> = debs
+        .iter()
+        .flat_map(|a| a["metadata"]["files"].as_array().into_iter().flatten())
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    let files: Vec<&str> =
+        scan["files"].as_array().unwrap().iter().filter_map(|f| f["location"]["path"].as_str()).collect();
+    assert!(files.len() > 4, "{files:?}");
+    for file in files {
+        let record = file.starts_with("/var/lib/dpkg/status.d/") || file.starts_with("/usr/share/doc/");
+        let program = file == "/usr/local/bin/local-registry-publisher";
+        assert!(program || record || owned.contains(&file), "{file} belongs to no package syft lists: {owned:?}");
+    }
+}

@@ -75,8 +75,8 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     let expected = [
         "SHA256SUMS".to_string(),
         format!("{NAME}-{VERSION}-image-linux-amd64.oci.tar"),
+        format!("{NAME}-{VERSION}-linux-amd64.cdx.json"),
         format!("{NAME}-{VERSION}-linux-amd64.tar.gz"),
-        format!("{NAME}-{VERSION}.cdx.json"),
         format!("{NAME}-{VERSION}.tgz"),
     ];
     assert_eq!(names, expected);
@@ -92,7 +92,9 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     let manifest: Value = serde_json::from_slice(&layout[&format!("blobs/sha256/{digest}")]).unwrap();
     let annotations = &manifest["annotations"];
     assert_eq!(annotations["org.opencontainers.image.version"], VERSION);
-    assert_eq!(annotations["org.opencontainers.image.licenses"], "Apache-2.0");
+    // What is inside: the program's license and those of the C libraries the image holds.
+    let licenses = "Apache-2.0 AND LGPL-2.1-or-later AND GPL-3.0-or-later WITH GCC-exception-3.1";
+    assert_eq!(annotations["org.opencontainers.image.licenses"], licenses);
     let head = Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root()).output().unwrap();
     if head.status.success() {
         let revision = String::from_utf8_lossy(&head.stdout).trim().to_string();
@@ -107,12 +109,12 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     assert!(values.contains(&format!("  repository: {NAME} # release: image repository")), "{values}");
 
     // The CLI: the binary, the license, the README, as regular files (krew links kubectl's name to the binary).
-    let cli = tar_files(&std::fs::read(out.join(&expected[2])).unwrap());
+    let cli = tar_files(&std::fs::read(out.join(&expected[3])).unwrap());
     assert_eq!(cli.keys().map(String::as_str).collect::<Vec<_>>(), ["", "LICENSE", "README.md", NAME]);
     assert_eq!(cli[NAME], std::fs::read(root().join("target/release").join(NAME)).unwrap());
 
-    // The SBOM: CycloneDX, the shipped crates only (no test tools).
-    let sbom: Value = serde_json::from_slice(&std::fs::read(out.join(&expected[3])).unwrap()).unwrap();
+    // The SBOM: CycloneDX, the shipped crates only (no test tools), and the Debian packages of the image's libraries.
+    let sbom: Value = serde_json::from_slice(&std::fs::read(out.join(&expected[2])).unwrap()).unwrap();
     assert_eq!(sbom["bomFormat"], "CycloneDX");
     assert_eq!(sbom["metadata"]["component"]["name"], NAME);
     let components: Vec<&str> =
@@ -123,7 +125,34 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     for test_only in ["testbed", "proptest", "tar", "rcgen"] {
         assert!(!components.contains(&test_only), "{test_only} is a test dependency, not shipped");
     }
+    let debian: Vec<&Value> = sbom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with("pkg:deb/")))
+        .collect();
+    let debian_names: Vec<&str> = debian.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(debian_names, ["libc6", "libgcc-s1"]);
+    assert_eq!(debian[0]["licenses"][0]["expression"], "LGPL-2.1-or-later");
     eprintln!("SBOM: {} components", components.len());
+
+    // One layout for every architecture's image, under an index annotated like the images.
+    run(Command::new(root().join("hack/dist.sh")).arg("index").arg(&out));
+    let layout = out.join("image-index");
+    let top: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    assert_eq!(top["manifests"][0]["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let digest = top["manifests"][0]["digest"].as_str().unwrap().strip_prefix("sha256:").unwrap();
+    let bytes = std::fs::read(layout.join("blobs/sha256").join(digest)).unwrap();
+    let sum = run(Command::new("sha256sum").arg(layout.join("blobs/sha256").join(digest)));
+    assert!(sum.starts_with(digest), "the index blob is named by its digest");
+    let image_index: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(image_index["annotations"]["org.opencontainers.image.licenses"], licenses);
+    assert_eq!(image_index["annotations"]["org.opencontainers.image.version"], VERSION);
+    assert!(image_index["annotations"]["org.opencontainers.image.description"].is_string(), "{image_index}");
+    let platforms: Vec<&Value> = image_index["manifests"].as_array().unwrap().iter().map(|m| &m["platform"]).collect();
+    assert_eq!(platforms, [&serde_json::json!({"architecture": "amd64", "os": "linux"})]);
+    let image_digest = image_index["manifests"][0]["digest"].as_str().unwrap().strip_prefix("sha256:").unwrap();
+    assert!(layout.join("blobs/sha256").join(image_digest).exists(), "the image's blobs are in the layout");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -238,6 +267,11 @@ fn the_workflows_pin_every_action_by_commit_and_invent_no_owner() {
         let text = std::fs::read_to_string(&path).unwrap();
         for line in text.lines() {
             let Some((_, action)) = line.split_once("uses: ") else { continue };
+            // A workflow of this repository, called at the same commit.
+            if let Some(local) = action.strip_prefix("./") {
+                assert!(root().join(local).exists(), "{}: {line}", path.display());
+                continue;
+            }
             uses += 1;
             let (name, pin) = action.split_once('@').unwrap_or_else(|| panic!("{}: {line}", path.display()));
             let (sha, comment) =
@@ -393,4 +427,43 @@ async fn krew_installs_the_cli_archive_and_kubectl_runs_it_as_a_plugin() {
     assert!(report["document"].as_str().is_some_and(|d| d.contains("localhost:5001")), "{report}");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// A tag is linted and tested before anything is built, signed or pushed: the release calls CI first and every other
+/// job waits for it; CI also checks and packages the CLI on macOS and Windows runners and builds at the MSRV.
+#[test]
+fn the_release_runs_only_after_ci_passed_on_the_tagged_commit() {
+    let read = |name: &str| -> Value {
+        let text = std::fs::read_to_string(root().join(".github/workflows").join(name)).unwrap();
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let release = read("release.yml");
+    let jobs = release["jobs"].as_object().unwrap();
+    assert_eq!(jobs["ci"]["uses"], "./.github/workflows/ci.yml");
+    let needs = |job: &str| -> Vec<String> {
+        match &jobs[job]["needs"] {
+            Value::String(one) => vec![one.clone()],
+            Value::Array(many) => many.iter().filter_map(|n| n.as_str().map(String::from)).collect(),
+            _ => Vec::new(),
+        }
+    };
+    fn after_ci(job: &str, needs: &dyn Fn(&str) -> Vec<String>) -> bool {
+        needs(job).iter().any(|n| n == "ci" || after_ci(n, needs))
+    }
+    for job in jobs.keys().filter(|j| *j != "ci") {
+        assert!(after_ci(job, &needs), "release job {job} does not wait for CI");
+    }
+    let ci = read("ci.yml");
+    assert!(ci["on"].get("workflow_call").is_some(), "ci.yml can be called by the release");
+    let ci_jobs = ci["jobs"].as_object().unwrap();
+    let runners: Vec<&str> = ci_jobs["cli"]["strategy"]["matrix"]["include"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["runner"].as_str())
+        .collect();
+    assert!(runners.iter().any(|r| r.starts_with("macos")) && runners.iter().any(|r| r.starts_with("windows")));
+    let steps = serde_json::to_string(&ci_jobs["cli"]["steps"]).unwrap();
+    assert!(steps.contains("cargo check --locked --target") && steps.contains("hack/dist.sh cli"), "{steps}");
+    assert!(serde_json::to_string(&ci_jobs["msrv"]).unwrap().contains("rust-version"), "an MSRV job");
 }

@@ -17,6 +17,11 @@ use sha2::{Digest, Sha256};
 
 use crate::Error;
 
+pub mod debian;
+
+/// The program's own license (Cargo.toml's `license`).
+pub const PROGRAM_LICENSE: &str = "Apache-2.0";
+
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -232,7 +237,8 @@ pub fn pause(dir: &Path) -> Result<Image, Error> {
 
 /// The controller's image as the Dockerfile describes it (user, entrypoint, port, labels), with the release
 /// binary and exactly the shared libraries it links in place of the distroless base. `annotations` are the build's
-/// own facts (`org.opencontainers.image.revision`, `.source`); the version and licenses are added here.
+/// own facts (`org.opencontainers.image.revision`, `.source`); the version, description and licenses (the
+/// program's and those of the Debian packages its libraries come from) are added here.
 pub fn controller(
     binary: &Path,
     dir: &Path,
@@ -241,7 +247,7 @@ pub fn controller(
     annotations: BTreeMap<String, String>,
 ) -> Result<Image, Error> {
     std::fs::create_dir_all(dir)?;
-    controller_spec(binary, version, architecture, annotations)?.write(dir, "local-registry-publisher")
+    controller_spec(binary, version, architecture, annotations, dir)?.write(dir, "local-registry-publisher")
 }
 
 /// The controller's image a test pushes to a registry: the same program as [`controller`]'s, with a label of
@@ -249,7 +255,7 @@ pub fn controller(
 /// imported under another name made the kubelet lose the imported name and fail later pods that use it.
 pub fn controller_copy(binary: &Path, dir: &Path, version: &str, copy: &str) -> Result<Image, Error> {
     std::fs::create_dir_all(dir)?;
-    let mut spec = controller_spec(binary, version, "amd64", BTreeMap::new())?;
+    let mut spec = controller_spec(binary, version, "amd64", BTreeMap::new(), dir)?;
     spec.labels.insert("testbed.local/copy".into(), copy.into());
     spec.write(dir, copy)
 }
@@ -259,26 +265,39 @@ fn controller_spec(
     version: &str,
     architecture: &str,
     annotations: BTreeMap<String, String>,
+    dir: &Path,
 ) -> Result<ImageSpec, Error> {
     let entrypoint = "/usr/local/bin/local-registry-publisher";
     let mut files = vec![(entrypoint.to_string(), binary.to_path_buf())];
-    for library in linked_libraries(binary)? {
-        files.push((library.display().to_string(), library));
+    let libraries = linked_libraries(binary)?;
+    for library in &libraries {
+        files.push((library.display().to_string(), library.clone()));
     }
+    // Every file but the program belongs to a Debian package that scanners see (see `debian`).
+    let packages = debian::packages(&libraries)?;
+    files.extend(debian::metadata(&packages, &dir.join("debian"))?);
+    std::fs::write(
+        dir.join("local-registry-publisher.packages.json"),
+        serde_json::to_vec_pretty(&packages).map_err(std::io::Error::other)?,
+    )?;
+    let licenses = debian::licenses(PROGRAM_LICENSE, &packages);
     let labels = [
         ("org.opencontainers.image.title", "local-registry-publisher"),
         (
             "org.opencontainers.image.description",
             "Keeps kube-public/local-registry-hosting (KEP-1755) true to the registry running in the cluster",
         ),
-        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.licenses", licenses.as_str()),
         ("org.opencontainers.image.version", version),
     ];
     let labels: BTreeMap<String, String> = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let mut annotations = annotations;
-    for key in
-        ["org.opencontainers.image.title", "org.opencontainers.image.licenses", "org.opencontainers.image.version"]
-    {
+    for key in [
+        "org.opencontainers.image.title",
+        "org.opencontainers.image.description",
+        "org.opencontainers.image.licenses",
+        "org.opencontainers.image.version",
+    ] {
         annotations.insert(key.into(), labels[key].clone());
     }
     Ok(ImageSpec {
