@@ -3,7 +3,8 @@
 # architecture's own runner (.github/workflows/release.yml), so that both take the same path.
 #
 #   hack/dist.sh all <dir>                     everything below for this machine's architecture, then SHA256SUMS
-#   hack/dist.sh chart <dir> [image repository] the packaged chart; its default image.repository is the argument
+#   hack/dist.sh chart <dir> [image repository] the packaged chart; its default image.repository is the argument,
+#                                              its home and sources $SOURCE_URL when set
 #   hack/dist.sh image <dir>                   the controller image as an OCI layout archive (needs `make image`)
 #   hack/dist.sh cli <dir>                     the CLI as <name>-<version>-<os>-<arch>.tar.gz (needs a release build)
 #   hack/dist.sh sbom <dir>                    a CycloneDX SBOM of this architecture's image: the crates in the
@@ -43,6 +44,11 @@ chart() {
       { say "charts/$name/values.yaml has no line marked '# release: image repository'"; return 1; }
     sed -i "s|^  repository: .* # release: image repository$|  repository: $repository # release: image repository|" \
       "$stage/$name/values.yaml"
+  fi
+  # Where the chart comes from: the release's repository (SOURCE_URL, as `make image` takes it), which a checkout
+  # does not know.
+  if [ -n "${SOURCE_URL:-}" ]; then
+    printf 'home: %s\nsources:\n  - %s\n' "$SOURCE_URL" "$SOURCE_URL" >>"$stage/$name/Chart.yaml"
   fi
   # helm on PATH (the release workflow builds it from tools/helm), else the one hack/tools.sh built.
   local helm tools

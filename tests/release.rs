@@ -159,8 +159,17 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
 #[test]
 fn a_release_chart_defaults_to_the_image_the_release_pushed() {
     let out = scratch("chart");
-    run(Command::new(root().join("hack/dist.sh")).arg("chart").arg(&out).arg("ghcr.io/someone/some-fork"));
+    let source = "https://github.com/someone/some-fork";
+    run(Command::new(root().join("hack/dist.sh"))
+        .arg("chart")
+        .arg(&out)
+        .arg("ghcr.io/someone/some-fork")
+        .env("SOURCE_URL", source));
     let chart = tar_files(&std::fs::read(out.join(format!("{NAME}-{VERSION}.tgz"))).unwrap());
+    // Where it comes from, for Artifact Hub and `helm show chart`.
+    let chart_yaml: Value =
+        serde_saphyr::from_str(&String::from_utf8_lossy(&chart[&format!("{NAME}/Chart.yaml")])).unwrap();
+    assert_eq!((&chart_yaml["home"], &chart_yaml["sources"]), (&Value::from(source), &serde_json::json!([source])));
     let values = String::from_utf8_lossy(&chart[&format!("{NAME}/values.yaml")]).into_owned();
     assert!(values.contains("  repository: ghcr.io/someone/some-fork # release: image repository"), "{values}");
     let rendered = run(Command::new(helm()).arg("template").arg("x").arg(out.join(format!("{NAME}-{VERSION}.tgz"))));
