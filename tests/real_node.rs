@@ -571,6 +571,16 @@ async fn waiting(client: &Client, ns: &str, name: &str) -> Option<String> {
     Some(format!("{}: {}", waiting.reason.unwrap_or_default(), waiting.message.unwrap_or_default()))
 }
 
+/// Waits until the pod's container is waiting for a reason that contains `needle` (a pull the runtime refused),
+/// and returns it; fails with what it waits for otherwise.
+async fn wait_waiting(client: &Client, ns: &str, pod: &str, needle: &str) -> String {
+    let found = wait_until(SOON, || async { waiting(client, ns, pod).await.filter(|w| w.contains(needle)) }).await;
+    match found {
+        Some(reason) => reason,
+        None => panic!("pod {ns}/{pod} never waited with {needle:?}: {:?}", waiting(client, ns, pod).await),
+    }
+}
+
 /// An image of a test's own (the pause program with a label of its own): the kubelet reports a container's image by
 /// any name its digest has, so tests that run side by side and pushed one image would read each other's names.
 fn own_image(name: &str) -> PathBuf {
@@ -652,11 +662,7 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
     // Without the Secret the registry refuses the node: a namespace nobody labelled cannot pull.
     let image = format!("{runtime}/auth/pause:1");
     apply_in(&client, &plain, app_pod("app", &image)).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &plain, "app").await.filter(|w| w.contains("no basic auth credentials"))
-    })
-    .await;
-    assert!(refused.is_some(), "pulling without credentials: {:?}", waiting(&client, &plain, "app").await);
+    wait_waiting(&client, &plain, "app", "no basic auth credentials").await;
 
     // In the labelled namespace the default ServiceAccount names the Secret, so a plain pod pulls through the
     // published runtime address.
@@ -818,28 +824,14 @@ async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_
 
     // Without the agent the node's containerd dials the ClusterIP over HTTPS, which the registry does not speak.
     apply_in(&client, &ns, app_pod("without-ip", &format!("{ip}:5000/nodepull/app:1"))).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &ns, "without-ip").await.filter(|w| w.contains("server gave HTTP response to HTTPS client"))
-    })
-    .await;
-    assert!(
-        refused.is_some(),
-        "pulling the ClusterIP without the agent: {:?}",
-        waiting(&client, &ns, "without-ip").await
-    );
+    wait_waiting(&client, &ns, "without-ip", "server gave HTTP response to HTTPS client").await;
 
     // Published by name, it cannot even be resolved (cluster DNS is not the node's).
     apply_in(&client, &ns, service.clone()).await;
     published_as(address.clone()).await;
     let image = format!("{address}/nodepull/app:1");
     apply_in(&client, &ns, app_pod("without", &image)).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &ns, "without")
-            .await
-            .filter(|w| w.contains(&format!("lookup registry.{ns}.svc.cluster.local")))
-    })
-    .await;
-    assert!(refused.is_some(), "pulling without the agent: {:?}", waiting(&client, &ns, "without").await);
+    wait_waiting(&client, &ns, "without", &format!("lookup registry.{ns}.svc.cluster.local")).await;
     assert!(hosts_toml(&address).is_none());
 
     // With it, the node's file maps the name to the ClusterIP over HTTP, and the same pod runs.
@@ -963,11 +955,7 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
 
     // Without the agent the node's containerd dials its own loopback, where nothing listens.
     apply_in(&client, &ns, app_pod("without", &image)).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &ns, "without").await.filter(|w| w.contains(":5001: connect: connection refused"))
-    })
-    .await;
-    assert!(refused.is_some(), "pulling {image} without the agent: {:?}", waiting(&client, &ns, "without").await);
+    wait_waiting(&client, &ns, "without", ":5001: connect: connection refused").await;
     assert!(hosts_toml(address).is_none());
 
     // With it, and the address allowed by the admin (the chart's kind distribution allows its own), the node's
@@ -1009,11 +997,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     // agent, its metrics and doctor say why and what to set.
     let image = format!("{address}/configpath/app:1");
     apply_in(&client, &ns, app_pod("unread", &image)).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &ns, "unread").await.filter(|w| w.contains("server gave HTTP response to HTTPS client"))
-    })
-    .await;
-    assert!(refused.is_some(), "pulling through an unread file: {:?}", waiting(&client, &ns, "unread").await);
+    wait_waiting(&client, &ns, "unread", "server gave HTTP response to HTTPS client").await;
     let mismatch = "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
     let report = wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
@@ -1096,17 +1080,9 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
     // node's, and the node's containerd does not know the registry's CA.
     let image = format!("{address}/nodetls/app:1");
     apply_in(&client, &ns, app_pod("without", &image)).await;
-    let refused = wait_until(SOON, || async {
-        waiting(&client, &ns, "without").await.filter(|w| w.contains(&format!("lookup {name}")))
-    })
-    .await;
-    assert!(refused.is_some(), "pulling by name without the agent: {:?}", waiting(&client, &ns, "without").await);
+    wait_waiting(&client, &ns, "without", &format!("lookup {name}")).await;
     apply_in(&client, &ns, app_pod("without-ca", &format!("{ip}:5000/nodetls/app:1"))).await;
-    let untrusted = wait_until(SOON, || async {
-        waiting(&client, &ns, "without-ca").await.filter(|w| w.contains("certificate signed by unknown authority"))
-    })
-    .await;
-    assert!(untrusted.is_some(), "pulling without the CA: {:?}", waiting(&client, &ns, "without-ca").await);
+    wait_waiting(&client, &ns, "without-ca", "certificate signed by unknown authority").await;
 
     // With the agent, and the CA bundle's name allowed, every node's containerd gets the CA beside a file that maps
     // the name to the ClusterIP over HTTPS, and the same pod runs.
@@ -1475,16 +1451,8 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     helm_upgrade("mirror", &ns, &values(&[]));
     wait_hosts_toml("docker.io", "mirror removed", |t| t.is_none()).await;
     apply_in(&client, &ns, app_pod("without-mirror", image)).await;
-    let failed = wait_until(SOON, || async {
-        waiting(&client, &ns, "without-mirror").await.filter(|w| w.contains("registry-1.docker.io"))
-    })
-    .await;
-    assert!(
-        failed.is_some(),
-        "pulling {image} without the mirror: {:?}",
-        waiting(&client, &ns, "without-mirror").await
-    );
-    println!("without the mirror, containerd says: {}", failed.unwrap_or_default());
+    let failed = wait_waiting(&client, &ns, "without-mirror", "registry-1.docker.io").await;
+    println!("without the mirror, containerd says: {}", failed);
     ok(tool("helm", &["uninstall", "mirror", "-n", &ns, "--wait", "--timeout", "180s"]));
     wait_hosts_toml(&tenant_own, "after uninstall", |t| t.is_none()).await;
     assert!(!docker_dir.exists(), "nothing of ours is left for docker.io");

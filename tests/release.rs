@@ -399,11 +399,17 @@ async fn krew_installs_the_cli_archive_and_kubectl_runs_it_as_a_plugin() {
     std::fs::write(out.join("registry-hosting.yaml"), manifest).unwrap();
     let archive = out.join(format!("{NAME}-{VERSION}-linux-amd64.tar.gz"));
     let krew_root = out.join("krew");
-    let installed = Command::new(tools.join("krew"))
-        .arg("install")
+    // kubectl finds krew as its plugin, as on a user's machine.
+    let plugins = out.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::os::unix::fs::symlink(tools.join("krew"), plugins.join("kubectl-krew")).unwrap();
+    let path = format!("{}:{}:{}", krew_root.join("bin").display(), plugins.display(), tools.display());
+    let installed = Command::new(tools.join("kubectl"))
+        .args(["krew", "install"])
         .arg(format!("--manifest={}", out.join("registry-hosting.yaml").display()))
         .arg(format!("--archive={}", archive.display()))
         .env("KREW_ROOT", &krew_root)
+        .env("PATH", &path)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -420,7 +426,6 @@ async fn krew_installs_the_cli_archive_and_kubectl_runs_it_as_a_plugin() {
         .create(&Default::default(), &configmap)
         .await
         .expect("a published document");
-    let path = format!("{}:{}", krew_root.join("bin").display(), tools.display());
     let get = Command::new(tools.join("kubectl"))
         .args(["registry-hosting", "get", "-o", "json"])
         .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
