@@ -69,6 +69,8 @@ async fn main() {
         format!("--configmap-namespace={ns}"),
         format!("--watch-namespaces={ns}"),
         format!("--node-plan-configmap={PLAN}"),
+        // The address is an annotation's, so the admin allows it (node::trust).
+        format!("--node-allowed-addresses={ADDRESS}"),
         "--http-address=127.0.0.1:0".into(),
     ]);
     let agent = start(&[
