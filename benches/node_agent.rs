@@ -3,6 +3,8 @@
 //! controller's. The controller (with `--node-plan-configmap`) and one agent (writing into a directory of this run)
 //! run as processes of the shipped release build against the local control plane. Run with `make bench`.
 
+#[path = "support/node_plan.rs"]
+mod node_plan;
 #[path = "support/report.rs"]
 mod report;
 
@@ -15,26 +17,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use node_plan::{ADDRESS, PLAN, median_p99};
 use testbed::ControlPlane;
 
 const CHANGES: usize = 50;
-const PLAN: &str = "node-plan";
-const ADDRESS: &str = "registry.bench.example:5000";
-
-fn registry(port: i32) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {"local-registry-publisher.io/registry": "true"},
-            // A fixed address whose endpoint (the ClusterIP and this port) changes.
-            "annotations": {"local-registry-publisher.io/host-from-cluster-network": ADDRESS}},
-        "spec": {"clusterIP": "10.96.200.200", "ports": [{"name": "registry", "port": port}]}})
-}
-
-fn median_p99(samples: &mut [f64]) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    (at(0.5), at(0.99))
-}
 
 #[tokio::main]
 async fn main() {
@@ -91,7 +77,10 @@ async fn main() {
     for i in 0..=CHANGES {
         let port = 5000 + i32::try_from(i % 2).unwrap_or(0);
         let started = Instant::now();
-        services.patch("registry", &params, &Patch::Apply(registry(port))).await.expect("registry");
+        services
+            .patch("registry", &params, &Patch::Apply(node_plan::registry("10.96.200.200", port)))
+            .await
+            .expect("registry");
         // The node's file is polled by a thread of its own every 0.2 ms, the plan's ConfigMap by GETs.
         let watched = file.clone();
         let file_seen = std::thread::spawn(move || {

@@ -5,6 +5,8 @@
 //! API server's resident memory and one agent's; each as a ratio to one agent, and what 5,000 nodes would cost the
 //! API server on the measured slope. Run with `make bench`.
 
+#[path = "support/node_plan.rs"]
+mod node_plan;
 #[path = "support/report.rs"]
 mod report;
 
@@ -18,26 +20,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use node_plan::{ADDRESS, PLAN, median_p99};
 use testbed::ControlPlane;
 
 const COUNTS: [usize; 3] = [1, 10, 100];
 const CHANGES: usize = 20;
-const PLAN: &str = "node-plan";
-const ADDRESS: &str = "registry.bench.example:5000";
-
-fn registry(port: i32) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {"local-registry-publisher.io/registry": "true"},
-            "annotations": {"local-registry-publisher.io/host-from-cluster-network": ADDRESS}},
-        "spec": {"clusterIP": "10.96.200.201", "ports": [{"name": "registry", "port": port}]}})
-}
-
-fn median_p99(samples: &mut [f64]) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    (at(0.5), at(0.99))
-}
 
 /// The API server's counters this bench reads: requests the agents make (their state and Events) and the watches
 /// open on ConfigMaps.
@@ -124,7 +111,10 @@ async fn run(plane: &ControlPlane, client: &kube::Client, ns: &str, count: usize
     };
     // Every agent has the file of the current plan before anything is timed.
     let current = 5000 + i32::from(count % 2 == 1);
-    services.patch("registry", &params, &Patch::Apply(registry(current))).await.expect("registry");
+    services
+        .patch("registry", &params, &Patch::Apply(node_plan::registry("10.96.200.201", current)))
+        .await
+        .expect("registry");
     all_written(files.clone(), current, Instant::now()).join().ok().flatten().expect("every agent wrote its file");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = api_counters(client).await;
@@ -134,7 +124,10 @@ async fn run(plane: &ControlPlane, client: &kube::Client, ns: &str, count: usize
     for _ in 0..CHANGES {
         port = if port == 5000 { 5001 } else { 5000 };
         let started = Instant::now();
-        services.patch("registry", &params, &Patch::Apply(registry(port))).await.expect("registry");
+        services
+            .patch("registry", &params, &Patch::Apply(node_plan::registry("10.96.200.201", port)))
+            .await
+            .expect("registry");
         let seen = all_written(files.clone(), port, started).join().ok().flatten();
         let seen = seen.unwrap_or_else(|| panic!("{count} agents: a change did not reach every file within 60 s"));
         last_file.push(seen.as_secs_f64() * 1000.0);
