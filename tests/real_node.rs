@@ -239,12 +239,13 @@ async fn kep_flow(client: &Client, ns: &str, name: &str, document: &LocalRegistr
     }
 }
 
-/// The controller's process as the node runs it: found through its container's cgroup.
+/// The controller's process as the node runs it: found through its container's cgroup, in whichever hierarchy
+/// (cgroup v1's or v2's) this machine has.
 fn container_process(container_id: &str) -> u32 {
-    let cgroup = Path::new("/sys/fs/cgroup/pids").join(&node().network().cgroup);
-    let output = Command::new("find").arg(&cgroup).args(["-type", "d", "-name", container_id]).output().unwrap();
+    let roots = testbed::node::cgroup_dirs(&node().network().cgroup);
+    let output = Command::new("find").args(&roots).args(["-type", "d", "-name", container_id]).output().unwrap();
     let dir = String::from_utf8_lossy(&output.stdout).lines().next().map(PathBuf::from);
-    let dir = dir.unwrap_or_else(|| panic!("no cgroup for container {container_id} under {}", cgroup.display()));
+    let dir = dir.unwrap_or_else(|| panic!("no cgroup for container {container_id} under {roots:?}"));
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
     procs.lines().next().and_then(|pid| pid.parse().ok()).expect("a process in the container")
 }

@@ -129,8 +129,12 @@ fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgrou
     };
     kube(&["run", "sleeper", "--image=testbed.local/pause:1", "--image-pull-policy=Never"]);
     kube(&["wait", "--for=condition=Ready", "pod/sleeper", "--timeout=120s"]);
-    let cgroup_root = Path::new("/sys/fs/cgroup/pids").join(&cgroup);
-    let procs = command_output("find", &[&cgroup_root.display().to_string(), "-name", "cgroup.procs"]);
+    // The node's cgroup in each hierarchy the machine has (v1's, or the v2 root), not an assumed path.
+    let cgroup_dirs = testbed::node::cgroup_dirs(&cgroup);
+    assert!(!cgroup_dirs.is_empty() && cgroup_dirs.iter().all(|d| d.is_dir()), "the node's cgroups: {cgroup_dirs:?}");
+    let mut find: Vec<String> = cgroup_dirs.iter().map(|d| d.display().to_string()).collect();
+    find.extend(["-name".into(), "cgroup.procs".into()]);
+    let procs = command_output("find", &find.iter().map(String::as_str).collect::<Vec<_>>());
     let node_pids: Vec<i32> = procs
         .lines()
         .flat_map(|file| {
@@ -169,7 +173,10 @@ fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgrou
     assert!(!command_output("ip", &["netns", "list"]).contains(&netns), "network namespace {netns} was left behind");
     let links = command_output("ip", &["-o", "link"]);
     assert!(!links.contains(&host_link), "the veth{host_link} was left behind: {links}");
-    let cgroups = command_output("sh", &["-c", &format!("ls -d /sys/fs/cgroup/*/{cgroup} 2>/dev/null")]);
+    let left: Vec<&PathBuf> = cgroup_dirs.iter().filter(|d| d.exists()).collect();
+    assert!(left.is_empty(), "cgroups were left behind: {left:?}");
+    let cgroups =
+        command_output("sh", &["-c", &format!("ls -d /sys/fs/cgroup/{cgroup} /sys/fs/cgroup/*/{cgroup} 2>/dev/null")]);
     assert!(cgroups.trim().is_empty(), "cgroups were left behind: {cgroups}");
     let mounts = command_output("cat", &["/proc/self/mountinfo"]);
     let dir_text = dir.display().to_string();

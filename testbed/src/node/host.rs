@@ -155,10 +155,14 @@ impl HostNetwork {
         Ok(procs)
     }
 
-    /// The most memory the node (its daemons and every pod) has used, from the v1 memory controller.
+    /// The most memory the node (its daemons and every pod) has used: v1's `memory.max_usage_in_bytes`, or v2's
+    /// `memory.peak`.
     pub fn peak_memory_bytes(&self) -> Option<u64> {
-        let path = Path::new("/sys/fs/cgroup/memory").join(&self.cgroup).join("memory.max_usage_in_bytes");
-        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+        cgroup_dirs(&self.cgroup).into_iter().find_map(|dir| {
+            ["memory.max_usage_in_bytes", "memory.peak"]
+                .iter()
+                .find_map(|file| std::fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok())
+        })
     }
 }
 
@@ -179,6 +183,12 @@ pub(crate) fn record_sysctls(dir: &Path) -> Result<(), Error> {
 pub(crate) fn teardown(dir: &Path) {
     let script = format!("{TEARDOWN}\nnode_teardown \"$1\"");
     let _ = Command::new("bash").arg("-c").arg(script).arg("teardown").arg(dir).status();
+}
+
+/// The node's cgroup `name` in every hierarchy this machine has (cgroup v1's, or the v2 root), found from the
+/// mounts rather than assumed: what tests read processes and memory from, and check is gone after teardown.
+pub fn cgroup_dirs(name: &str) -> Vec<PathBuf> {
+    cgroup_roots().unwrap_or_default().into_iter().map(|root| root.join(name)).collect()
 }
 
 /// Cgroup hierarchies to create the node's cgroup in: every v1 hierarchy, or the v2 root.

@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams};
 use crate::components::Recipe;
 use crate::image::{Image, ImageSpec};
 use crate::{ControlPlane, Error};
-pub use host::HostNetwork;
+pub use host::{HostNetwork, cgroup_dirs};
 
 /// The real node's name (and its kubelet's identity, `system:node:testbed-real`).
 pub const REAL_NODE_NAME: &str = "testbed-real";
