@@ -39,33 +39,18 @@ async fn main() {
 
     let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
     let binary = report::controller_binary();
-    let start = |args: &[String]| {
-        std::process::Command::new(&binary)
-            .args(args)
-            .env("POD_NAMESPACE", &ns)
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start the release build")
-    };
-    let controller = start(&[
-        kubeconfig.clone(),
-        format!("--configmap-namespace={ns}"),
-        format!("--watch-namespaces={ns}"),
-        format!("--node-plan-configmap={PLAN}"),
-        // The address is an annotation's, so the admin allows it (node::trust).
-        format!("--node-allowed-addresses={ADDRESS}"),
-        "--http-address=127.0.0.1:0".into(),
-    ]);
-    let agent = start(&[
-        "node-agent".into(),
-        kubeconfig,
-        format!("--node-plan-configmap={PLAN}"),
-        format!("--hosts-dir={}", hosts.display()),
-        "--http-address=127.0.0.1:0".into(),
-    ]);
+    let controller = node_plan::start_controller(&binary, &kubeconfig, &ns);
+    let agent = node_plan::start(
+        &binary,
+        &ns,
+        &[
+            "node-agent".into(),
+            kubeconfig,
+            format!("--node-plan-configmap={PLAN}"),
+            format!("--hosts-dir={}", hosts.display()),
+            "--http-address=127.0.0.1:0".into(),
+        ],
+    );
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let params = PatchParams::apply("bench").force();
     let file = hosts.join(ADDRESS).join("hosts.toml");

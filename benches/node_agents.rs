@@ -15,7 +15,7 @@ mod report;
 mod binary;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -78,17 +78,19 @@ async fn run(plane: &ControlPlane, client: &kube::Client, ns: &str, count: usize
     let mut agents: Vec<Child> = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
         std::fs::create_dir_all(dir).expect("hosts directory");
-        let agent = Command::new(&binary)
-            .args(["node-agent", &kubeconfig, &format!("--node-plan-configmap={PLAN}")])
-            .arg(format!("--hosts-dir={}", dir.display()))
-            .args([&format!("--node-name=bench-{count}-{i}"), "--http-address=127.0.0.1:0", "--resync=60s"])
-            .env("POD_NAMESPACE", ns)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start an agent");
+        let agent = node_plan::start(
+            &binary,
+            ns,
+            &[
+                "node-agent".into(),
+                kubeconfig.clone(),
+                format!("--node-plan-configmap={PLAN}"),
+                format!("--hosts-dir={}", dir.display()),
+                format!("--node-name=bench-{count}-{i}"),
+                "--http-address=127.0.0.1:0".into(),
+                "--resync=60s".into(),
+            ],
+        );
         agents.push(agent);
     }
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
@@ -172,19 +174,8 @@ async fn main() {
         ..Default::default()
     };
     configmaps.create(&PostParams::default(), &plan).await.expect("plan ConfigMap");
-    let controller = Command::new(report::controller_binary())
-        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-        .args([&format!("--configmap-namespace={ns}"), &format!("--watch-namespaces={ns}")])
-        .args([&format!("--node-plan-configmap={PLAN}"), "--http-address=127.0.0.1:0"])
-        // The address is an annotation's, so the admin allows it (node::trust).
-        .arg(format!("--node-allowed-addresses={ADDRESS}"))
-        .env("POD_NAMESPACE", &ns)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the controller");
+    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
+    let controller = node_plan::start_controller(&report::controller_binary(), &kubeconfig, &ns);
     // The controller's own watches are open before the agents' are counted.
     tokio::time::sleep(Duration::from_secs(5)).await;
 

@@ -52,9 +52,9 @@ tools() {
 
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
 # portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`); jq
-# merges the image's Debian packages into its SBOM (hack/dist.sh).
-# Installed here so the README's two commands stay the only set-up.
-debian_packages="libseccomp-dev pkg-config iptables shellcheck jq"
+# merges the image's Debian packages into its SBOM, zip packs the Windows CLI archive off Windows and unzip lists it
+# (hack/dist.sh, tests/release.rs). Installed here so the README's two commands stay the only set-up.
+debian_packages="libseccomp-dev pkg-config iptables shellcheck jq zip unzip"
 ensure_debian_packages() {
   local missing=() pkg
   for pkg in $debian_packages; do

@@ -22,3 +22,33 @@ pub fn median_p99(samples: &mut [f64]) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
     (at(0.5), at(0.99))
 }
+
+/// Starts the release build `binary` with `args` in namespace `ns` (POD_NAMESPACE), quietly.
+pub fn start(binary: &str, ns: &str, args: &[String]) -> std::process::Child {
+    std::process::Command::new(binary)
+        .args(args)
+        .env("POD_NAMESPACE", ns)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the release build")
+}
+
+/// The controller keeping the node plan for the registries of `ns`, allowed to plan [`ADDRESS`] (an annotation's
+/// address, which node::trust refuses otherwise).
+pub fn start_controller(binary: &str, kubeconfig: &str, ns: &str) -> std::process::Child {
+    start(
+        binary,
+        ns,
+        &[
+            kubeconfig.to_string(),
+            format!("--configmap-namespace={ns}"),
+            format!("--watch-namespaces={ns}"),
+            format!("--node-plan-configmap={PLAN}"),
+            format!("--node-allowed-addresses={ADDRESS}"),
+            "--http-address=127.0.0.1:0".into(),
+        ],
+    )
+}

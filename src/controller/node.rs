@@ -28,8 +28,8 @@ watch_sets!(node_watch_sets, Watches, Interest, Observed);
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
 
-/// The node decision about `published` as the running controller would make it with the addresses `allowed`, once
-/// the CA bundle it names was read (for `doctor`, which reads with its own identity).
+/// The node decision about `published` as the running controller would make it with the admin's `rules`, once the
+/// CA bundle it names and the mirrors' Services were read (for `doctor`, which reads with its own identity).
 pub async fn observe(client: &kube::Client, published: Option<&Published>, rules: &node::Rules) -> node::Decision {
     let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
     let mut watches = Watches::new(client, &signals);

@@ -91,6 +91,14 @@ impl Mirror {
         }
     }
 
+    /// The cache, in words: `Service <namespace>/<name> port <port>`, or the endpoint.
+    fn via_text(&self) -> String {
+        match &self.via {
+            Via::Service { namespace, name, port } => format!("Service {namespace}/{name} port {port}"),
+            Via::Endpoint(endpoint) => endpoint.clone(),
+        }
+    }
+
     /// Where the node falls back to when the cache fails: the upstream itself (Docker Hub's API host for
     /// `docker.io`, which is what containerd dials for it).
     pub fn server(&self) -> String {
@@ -136,15 +144,6 @@ pub fn entries(mirrors: &[Mirror], services: &Findings<MirrorService>) -> (Vec<H
         }
     }
     (entries, problems)
-}
-
-impl Mirror {
-    fn via_text(&self) -> String {
-        match &self.via {
-            Via::Service { namespace, name, port } => format!("Service {namespace}/{name} port {port}"),
-            Via::Endpoint(endpoint) => endpoint.clone(),
-        }
-    }
 }
 
 fn endpoint(mirror: &Mirror, services: &Findings<MirrorService>) -> Result<String, String> {
