@@ -215,16 +215,15 @@ impl Poster {
         }
     }
 
-    /// Posts what is [`due`], and forgets the notices that went away.
+    /// Posts what is due ([`posting_order`]), and forgets the notices that went away.
     async fn tell<N: Tell>(&mut self, notices: Arc<Vec<N>>) {
         let keyed: Vec<Keyed> = notices.iter().map(Keyed::of).collect();
-        let due = due(&self.said, &notices, &keyed);
+        let order = posting_order(&self.said, &notices, &keyed);
         let current: BTreeSet<Key> = keyed.iter().map(|k| k.key).collect();
+        let mut keyed: Vec<Option<Keyed>> = keyed.into_iter().map(Some).collect();
         let mut posts = Vec::new();
-        for (index, Keyed { key, digest, object, namespace, name }) in keyed.into_iter().enumerate() {
-            if !due[index] {
-                continue;
-            }
+        for index in order {
+            let Some(Keyed { key, digest, object, namespace, name }) = keyed[index].take() else { continue };
             let notice = &notices[index];
             if notice.warning() {
                 warn!(object = %object, reason = notice.reason(), "{}", notice.message());
@@ -234,9 +233,6 @@ impl Poster {
             posts.push(Post { key, digest, object, namespace, name, notices: notices.clone(), index });
         }
         self.said.retain(|key, _| current.contains(key));
-        // A summary first: each Event is stamped when its post starts, and posts start in this order, so what is told
-        // with a summary is never older than it.
-        posts.sort_by_key(|p| !p.notices[p.index].summary());
         let posts = posts.into_iter().map(|p| post(self.client.clone(), self.action, &self.instance, p));
         let posted: Vec<Option<(Key, u64)>> =
             futures::stream::iter(posts).buffer_unordered(CONCURRENT_POSTS).collect().await;
@@ -264,9 +260,10 @@ impl Keyed {
     }
 }
 
-/// Which notices to post, by index: each one new or whose message changed since it was told, and every notice
-/// about an object whose summary is posted (see [`Tell::summary`]).
-fn due(said: &HashMap<Key, u64>, notices: &[impl Tell], keyed: &[Keyed]) -> Vec<bool> {
+/// The indexes of the notices to post, in the order their posts start: each one new or whose message changed since
+/// it was told, and every notice about an object whose summary is posted (see [`Tell::summary`]); summaries first.
+/// Each Event is stamped when its post starts, so what is told with a summary is never older than it.
+fn posting_order(said: &HashMap<Key, u64>, notices: &[impl Tell], keyed: &[Keyed]) -> Vec<usize> {
     let changed: Vec<bool> = keyed.iter().map(|k| said.get(&k.key) != Some(&k.digest)).collect();
     let summarised: BTreeSet<&str> = keyed
         .iter()
@@ -275,7 +272,10 @@ fn due(said: &HashMap<Key, u64>, notices: &[impl Tell], keyed: &[Keyed]) -> Vec<
         .filter(|((_, notice), changed)| **changed && notice.summary())
         .map(|((k, _), _)| k.object.as_str())
         .collect();
-    keyed.iter().zip(changed).map(|(k, changed)| changed || summarised.contains(k.object.as_str())).collect()
+    let mut order: Vec<usize> =
+        (0..keyed.len()).filter(|&i| changed[i] || summarised.contains(keyed[i].object.as_str())).collect();
+    order.sort_by_key(|&i| !notices[i].summary());
+    order
 }
 
 /// Creates the Event; returns what is now said, or `None` to try again with the next notices.
@@ -340,18 +340,35 @@ mod tests {
         ];
         let mut said = HashMap::new();
         let keyed: Vec<Keyed> = first.iter().map(Keyed::of).collect();
-        assert_eq!(due(&said, &first, &keyed), [true, true, true], "all new");
+        assert_eq!(posting_order(&said, &first, &keyed), [0, 1, 2], "all new");
         said.extend(keyed.iter().map(|k| (k.key, k.digest)));
-        assert_eq!(due(&said, &first, &keyed), [false, false, false], "nothing changed");
+        assert_eq!(posting_order(&said, &first, &keyed), [0usize; 0], "nothing changed");
         // The plan got an address: a new summary, the same mismatch, which must be told with it again.
         let second =
             [notice("agent-a", Reason::HostsConfigured, "no published address is configured"), mismatch, other_node];
         let keyed: Vec<Keyed> = second.iter().map(Keyed::of).collect();
         assert_eq!(
-            due(&said, &second, &keyed),
-            [true, true, false],
+            posting_order(&said, &second, &keyed),
+            [0, 1],
             "the summary and its object's trouble, not another's"
         );
+    }
+
+    #[test]
+    fn a_summary_is_posted_before_the_notices_told_with_it_wherever_it_stands() {
+        use crate::node::{Notice, Reason};
+        let regarding = ObjectReference { name: Some("agent-a".into()), ..ObjectReference::default() };
+        let notice = |reason, message: &str| Notice { regarding: regarding.clone(), reason, message: message.into() };
+        // The summary last in the pass's list: its post starts first all the same, so doctor, which trusts only
+        // what was told with or after the latest summary, never finds the trouble older than it.
+        let notices = [
+            notice(Reason::ConfigPathMismatch, "containerd reads /etc/other"),
+            notice(Reason::ForeignHostsFile, "a:1: a hosts.toml this agent did not write"),
+            notice(Reason::HostsConfigured, "no published address is configured"),
+        ];
+        assert!(notices[2].summary() && !notices[0].summary() && !notices[1].summary());
+        let keyed: Vec<Keyed> = notices.iter().map(Keyed::of).collect();
+        assert_eq!(posting_order(&HashMap::new(), &notices, &keyed), [2, 0, 1]);
     }
 
     #[test]

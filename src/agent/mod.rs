@@ -97,12 +97,7 @@ pub async fn run(
         uid: std::env::var("POD_UID").ok(),
         ..ObjectReference::default()
     };
-    // The plan while a (re)list is under way, and the plan in force once it has ended; none (nothing is touched)
-    // until a plan was read.
-    let mut listing: Option<Applied> = None;
-    let mut plan: Option<Applied> = None;
-    // A plan of a newer format than this agent knows: refused whole, the last plan stays in force.
-    let mut too_new: Option<u32> = None;
+    let mut following = Following::default();
     let mut last = Report::default();
     let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
     let daemonset = settings.daemonset.as_deref();
@@ -120,20 +115,7 @@ pub async fn run(
             event = events.next() => match event {
                 Some(Ok(event)) => {
                     health.set_api_reachable(true);
-                    let mut read = |configmap: &ConfigMap| {
-                        let (found, refused) = read_plan(configmap);
-                        too_new = refused;
-                        found
-                    };
-                    match event {
-                        Event::Init => listing = None,
-                        Event::InitApply(configmap) => listing = read(&configmap).or_else(|| plan.clone()),
-                        Event::InitDone => plan = listing.take().or(plan),
-                        Event::Apply(configmap) => plan = read(&configmap).or(plan),
-                        // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears
-                        // the node. A ConfigMap deleted by hand leaves the last plan in force.
-                        Event::Delete(_) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
-                    }
+                    following.on(event);
                 }
                 Some(Err(error)) => {
                     health.set_api_reachable(false);
@@ -149,7 +131,7 @@ pub async fn run(
             }
             _ = resync.tick() => {}
         }
-        if let Some(applied) = &plan {
+        if let Some(applied) = &following.plan {
             if let Some(report) = sync(node_runtime, &applied.plan, &last) {
                 metrics.synced(&applied.plan, &report);
                 last = report;
@@ -161,7 +143,7 @@ pub async fn run(
                 runtime = found;
             }
             let mut notices = node::notices(&applied.plan, &last, &runtime, &regarding);
-            notices.extend(too_new.map(|format| Notice {
+            notices.extend(following.too_new.map(|format| Notice {
                 regarding: regarding.clone(),
                 reason: Reason::PlanTooNew,
                 message: format!(
@@ -184,6 +166,37 @@ pub async fn run(
         info!(removed, "{}: this agent's files are removed", safe(&why));
     }
     Ok(())
+}
+
+/// Which plan is in force, as the watch of its ConfigMap reports it. None (nothing on the node is touched) until a
+/// plan was read; a relist replaces it only once it has ended.
+#[derive(Debug, Default)]
+struct Following {
+    /// The plan a (re)list under way found.
+    listing: Option<Applied>,
+    plan: Option<Applied>,
+    /// A plan of a newer format than this agent knows: refused whole, the last plan stays in force.
+    too_new: Option<u32>,
+}
+
+impl Following {
+    fn on(&mut self, event: Event<ConfigMap>) {
+        match event {
+            Event::Init => self.listing = None,
+            Event::InitApply(configmap) => self.listing = self.read(&configmap).or_else(|| self.plan.clone()),
+            Event::InitDone => self.plan = self.listing.take().or(self.plan.take()),
+            Event::Apply(configmap) => self.plan = self.read(&configmap).or(self.plan.take()),
+            // Only an uninstall deletes it, and then the DaemonSet goes too: its removal is what clears the node.
+            // A ConfigMap deleted by hand leaves the last plan in force.
+            Event::Delete(_) => warn!("the node plan's ConfigMap was deleted; the last plan stays in force"),
+        }
+    }
+
+    fn read(&mut self, configmap: &ConfigMap) -> Option<Applied> {
+        let (found, refused) = read_plan(configmap);
+        self.too_new = refused;
+        found
+    }
 }
 
 /// A plan and the version of its ConfigMap it was read from.
@@ -363,6 +376,39 @@ mod tests {
         assert_eq!(refused, Some(PLAN_FORMAT + 1));
         let (applied, refused) = read_plan(&plan_configmap("{not json"));
         assert!(applied.is_none() && refused.is_none());
+    }
+
+    #[test]
+    fn the_last_plan_stays_in_force_when_its_configmap_is_deleted_or_a_relist_finds_none() {
+        let with = |version: &str, address: &str| {
+            let mut configmap = plan_configmap(&format!(
+                "{{\"format\": 1, \"hosts\": [{{\"address\": \"{address}\", \"endpoint\": \"http://{address}\"}}]}}"
+            ));
+            configmap.metadata.resource_version = Some(version.into());
+            configmap
+        };
+        let in_force = |following: &Following| following.plan.as_ref().map(|a| a.resource_version.clone());
+        let mut following = Following::default();
+        assert_eq!(in_force(&following), None, "nothing is touched before a plan is read");
+        following.on(Event::Init);
+        following.on(Event::InitApply(with("1", "10.0.0.1:5000")));
+        assert_eq!(in_force(&following), None, "a list under way is not in force");
+        following.on(Event::InitDone);
+        assert_eq!(in_force(&following), Some("1".into()));
+        following.on(Event::Apply(with("2", "10.0.0.2:5000")));
+        assert_eq!(in_force(&following), Some("2".into()));
+        // Deleted by hand: the files stay as they are.
+        following.on(Event::Delete(with("2", "10.0.0.2:5000")));
+        assert_eq!(in_force(&following), Some("2".into()), "a deleted ConfigMap clears nothing");
+        // A relist that finds no ConfigMap at all keeps it too.
+        following.on(Event::Init);
+        following.on(Event::InitDone);
+        assert_eq!(in_force(&following), Some("2".into()), "an empty relist clears nothing");
+        // An unreadable plan keeps the last one; a newer format is refused and said.
+        following.on(Event::Apply(plan_configmap("{not json")));
+        assert_eq!(in_force(&following), Some("2".into()));
+        following.on(Event::Apply(plan_configmap(&format!("{{\"format\": {}, \"hosts\": []}}", PLAN_FORMAT + 1))));
+        assert_eq!((in_force(&following), following.too_new), (Some("2".into()), Some(PLAN_FORMAT + 1)));
     }
 
     #[test]

@@ -320,6 +320,33 @@ fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothin
 }
 
 #[test]
+fn a_foreign_file_is_still_reported_while_containerd_reads_another_directory() {
+    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
+    let entry = |address: &str| HostEntry {
+        address: address.into(),
+        endpoint: "http://10.96.0.12:5000".into(),
+        ca: None,
+        server: None,
+    };
+    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000")], ..NodePlan::default() };
+    let report = files::Report {
+        written: vec!["a:5000".into()],
+        foreign: vec!["b:5000".into()],
+        failed: vec![("c:5000".into(), "read-only file system".into())],
+        ..files::Report::default()
+    };
+    let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
+    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
+    let elsewhere = RuntimeFinding { check, said };
+    let reasons: Vec<Reason> = notices(&plan, &report, &elsewhere, &regarding).into_iter().map(|n| n.reason).collect();
+    // Fixing containerd's directory would not fix these: they are told beside the mismatch, not hidden by it.
+    assert_eq!(
+        reasons,
+        [Reason::HostsConfigured, Reason::ConfigPathMismatch, Reason::ForeignHostsFile, Reason::HostsFileFailed]
+    );
+}
+
+#[test]
 fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
     let tls = published_with(CA_BUNDLE, "configmap/registry-ca", true);
     let source = ca_source(&tls).expect("named").expect("valid");

@@ -141,13 +141,9 @@ pub async fn report(
         let pod = pods.iter().copied().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name));
         let state = states.iter().find(|s| s.name_any() == name).map(|s| &s.status);
         let found = verdict::Found { node, template: &template, pod, state, events: &events };
-        match verdict::node(&found, &plan) {
-            verdict::Line::Configured(said) | verdict::Line::NotCovered(said) => say!("  node {name}: {said}"),
-            verdict::Line::Wrong(said) => {
-                well = false;
-                say!("  node {name}: {said}");
-            }
-        }
+        let line = verdict::node(&found, &plan);
+        well &= !line.fails();
+        say!("  node {name}: {}", line.said());
     }
     well
 }

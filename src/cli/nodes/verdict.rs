@@ -30,6 +30,19 @@ pub enum Line {
     Wrong(String),
 }
 
+impl Line {
+    /// Whether this line fails doctor's exit status: only a covered containerd node that is not configured does.
+    pub fn fails(&self) -> bool {
+        matches!(self, Line::Wrong(_))
+    }
+
+    pub fn said(&self) -> &str {
+        match self {
+            Line::Configured(said) | Line::NotCovered(said) | Line::Wrong(said) => said,
+        }
+    }
+}
+
 pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
@@ -280,6 +293,20 @@ mod tests {
             panic!("cri-o is told, not failed")
         };
         assert!(said.contains("registries.conf.d"), "{said}");
+    }
+
+    #[test]
+    fn only_a_covered_node_that_is_not_configured_fails_the_exit_status() {
+        let linux_node = node("n1", "containerd://2.4.2", &[("kubernetes.io/os", "linux")], &[]);
+        let windows = node("w1", "containerd://1.7.0", &[("kubernetes.io/os", "windows")], &[]);
+        let crio = node("c1", "cri-o://1.33.0", &[("kubernetes.io/os", "linux")], &[]);
+        let (running, configured) = (pod("Running", true), state("uid-x", Verdict::Configured));
+        let fails = |line: Line| line.fails();
+        assert!(!fails(line(&linux_node, &linux(), Some(&running), Some(&configured), &[])));
+        assert!(!fails(line(&windows, &linux(), None, None, &[])), "not covered");
+        assert!(!fails(line(&crio, &linux(), None, None, &[])), "another runtime");
+        assert!(fails(line(&linux_node, &linux(), None, None, &[])), "covered, no agent pod");
+        assert!(fails(line(&linux_node, &linux(), Some(&running), Some(&state("uid-x", Verdict::Foreign)), &[])));
     }
 
     #[test]
