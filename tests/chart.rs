@@ -15,10 +15,6 @@ use support::binary::Controller;
 use support::*;
 use testbed::ControlPlane;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
 fn chart() -> String {
     root().join("charts/local-registry-publisher").display().to_string()
 }

@@ -285,10 +285,8 @@ impl Drop for LocalRegistry {
 }
 
 fn doctor(s: &Scenario) -> (Option<i32>, String) {
-    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
-    let namespace = format!("--configmap-namespace={}", s.ns);
-    let watch = format!("--watch-namespaces={}", s.ns);
-    let output = run(&["doctor", &kubeconfig, &namespace, &watch, "--no-builtin-registries"], None);
+    let (namespace, watch) = (format!("--configmap-namespace={}", s.ns), format!("--watch-namespaces={}", s.ns));
+    let output = support::doctor(ControlPlane::shared(), &[&namespace, &watch, "--no-builtin-registries"]);
     (output.status.code(), format!("{}{}", stdout(&output), String::from_utf8_lossy(&output.stderr)))
 }
 

@@ -1,15 +1,14 @@
 //! The image `make image` builds without a Docker engine agrees with the Dockerfile users build: the same user,
 //! entrypoint, exposed port and labels, the release binary at the entrypoint, and every library it links.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use support::root;
 
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
 
 /// The final stage of the Dockerfile: each instruction with its arguments, continuation lines joined.
 fn final_stage() -> Vec<(String, String)> {

@@ -94,15 +94,17 @@ async fn wait_account(client: &Client, ns: &str, account: &str, ours: &str, want
 
 /// `doctor`'s report for the scenario's settings with --pull-secrets.
 fn doctor(scenario: &Scenario, name: &str, accounts: &str) -> String {
-    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
-    let output = std::process::Command::new(support::binary::BINARY)
-        .args(["doctor", &kubeconfig, "--no-builtin-registries", "--pull-secrets"])
-        .arg(format!("--configmap-namespace={}", scenario.ns))
-        .arg(format!("--watch-namespaces={}", scenario.ns))
-        .arg(format!("--pull-secret-name={name}"))
-        .arg(format!("--pull-secret-service-accounts={accounts}"))
-        .output()
-        .expect("run doctor");
+    let output = support::doctor(
+        ControlPlane::shared(),
+        &[
+            "--no-builtin-registries",
+            "--pull-secrets",
+            &format!("--configmap-namespace={}", scenario.ns),
+            &format!("--watch-namespaces={}", scenario.ns),
+            &format!("--pull-secret-name={name}"),
+            &format!("--pull-secret-service-accounts={accounts}"),
+        ],
+    );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

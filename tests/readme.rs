@@ -8,9 +8,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
+use support::root;
 
 use serde_json::json;
 use support::{apply_in, ok, wait_until};
@@ -22,10 +23,6 @@ const RELEASE: &str = "local-registry-publisher";
 
 fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_real_node()
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
 fn readme() -> String {

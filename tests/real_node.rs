@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
+use support::root;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -38,10 +39,6 @@ fn plane() -> &'static ControlPlane {
 
 fn node() -> &'static RealNode {
     plane().real_node().expect("the control plane was started with a real node")
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
 /// The controller image (`make image`) and crane's (registry and client), imported into the node once.
@@ -741,11 +738,7 @@ async fn wait_hosts_toml(
 
 /// `doctor`'s report on the release in `ns` (its own ConfigMap).
 fn doctor_report(ns: &str) -> String {
-    let kubeconfig = format!("--kubeconfig={}", plane().kubeconfig().display());
-    let output = Command::new(support::binary::BINARY)
-        .args(["doctor", &kubeconfig, &format!("--configmap-namespace={ns}"), "--configmap-name=hosting"])
-        .output()
-        .expect("run doctor");
+    let output = support::doctor(plane(), &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

@@ -3,19 +3,18 @@
 //! manifest for the CLI archives, the CHANGELOG section; `hack/version.sh` moves every place the version lives;
 //! the workflows pin every action by commit. Installing from a registry is in tests/real_node.rs.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
+use support::root;
 
 use serde_json::Value;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const NAME: &str = "local-registry-publisher";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
 
 fn run(command: &mut Command) -> String {
     let output: Output = command.output().unwrap_or_else(|e| panic!("run {command:?}: {e}"));

@@ -418,6 +418,21 @@ pub fn registry_label() -> Value {
 }
 
 /// Runs a tool built by hack/tools.sh (helm, kubectl) against `plane`, with helm's state in its directory.
+/// The project's root: Cargo.toml, charts/, hack/, the README.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `doctor` run against `plane` with `args`.
+pub fn doctor(plane: &ControlPlane, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary::BINARY)
+        .arg("doctor")
+        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
+        .args(args)
+        .output()
+        .expect("run doctor")
+}
+
 pub fn tool(plane: &ControlPlane, name: &str, args: &[&str]) -> std::process::Output {
     against(plane, std::process::Command::new(plane.tools().join(name)).args(args))
         .output()
