@@ -524,5 +524,30 @@ pub async fn edit_only_client(admin: &Client, kubeconfig: &std::path::Path, ns: 
     let options = kube::config::KubeConfigOptions::default();
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("a config");
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
-    Client::try_from(config).expect("the tenant's client")
+    let tenant = Client::try_from(config).expect("the tenant's client");
+    // The authorizer sees a new RoleBinding a moment later: wait until it grants what `edit` grants.
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.into()),
+                verb: Some("patch".into()),
+                group: Some("apps".into()),
+                resource: Some("deployments".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let reviews = Api::<SelfSubjectAccessReview>::all(tenant.clone());
+    let granted = wait_until(SOON, || async {
+        let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
+        answer.status.is_some_and(|s| s.allowed).then_some(())
+    })
+    .await;
+    assert!(granted.is_some(), "the tenant's edit RoleBinding in {ns} never took effect");
+    tenant
 }
