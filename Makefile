@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test bench lint tools up up-node manifests image dist version fuzz mutants install
+.PHONY: demo test test-containerd-window bench lint tools up up-node manifests image dist version fuzz mutants install
 
 ## demo: start the local control plane, publish a sample registry, follow a change, stop everything
 demo: tools
@@ -15,11 +15,30 @@ demo: tools
 CLUSTER_TESTS := --test smoke --test publisher --test tenancy --test addresses --test failures --test operations \
 	--test outage --test chart --test pull_secrets --test cli
 KUBE_WINDOW := 1.25 1.37
+# The node agent's real-node tests (name filters), run again on other containerd releases than the main pin (2.4):
+# `make test` on the window's oldest end, `make test-containerd-window` on every release of it.
+NODE_AGENT_TESTS := node_agent edit_cannot_redirect admins_mirror pull_keeps_working doctor_reads_each_nodes
+CONTAINERD_ENDS := 1.7
+CONTAINERD_WINDOW := 1.7 2.2 2.3
 test: tools image
 	$(CARGO) test --workspace -- --test-threads=8
 	@for minor in $(KUBE_WINDOW); do \
 	  echo "[test] the cluster test files against Kubernetes $$minor"; \
 	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
+	done
+	@for release in $(CONTAINERD_ENDS); do \
+	  echo "[test] the node agent's real-node tests on containerd $$release"; \
+	  LRP_CONTAINERD=$$release $(CARGO) test --test real_node -- --test-threads=8 $(NODE_AGENT_TESTS) || exit 1; \
+	done
+
+## test-containerd-window: the node agent's real-node tests on every containerd release of the window besides the
+## main pin (1.7, 2.2, 2.3: what kind, k3s, minikube and MicroK8s ship), building the two that `make test` does not
+test-containerd-window: image
+	LRP_CONTAINERD_WINDOW=all hack/tools.sh >/dev/null
+	@for release in $(CONTAINERD_WINDOW); do \
+	  echo "[test] the node agent's real-node tests on containerd $$release"; \
+	  LRP_CONTAINERD_WINDOW=all LRP_CONTAINERD=$$release $(CARGO) test --test real_node -- --test-threads=8 \
+	    $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
 ## install: the CLI into $(PREFIX)/bin (default ~/.local/bin), with the kubectl plugin name beside it

@@ -19,6 +19,13 @@ k8s_version=v1.36.3
 # The tested window's other ends (README "Compatibility"): the chart's floor and the newest minor the proxy serves.
 # Their control planes only (API server, controller-manager, scheduler), named with their minor: kube-apiserver-1.25.
 k8s_window="1.25 1.37"
+# The real node's containerd window (README "Node pulls"): the main pin (tools/containerd) is its newest end; 1.7,
+# the oldest still shipped (older kind, k3s and MicroK8s), is built always, since `make test` runs the node agent's
+# tests on it; 2.2 and 2.3 only with LRP_CONTAINERD_WINDOW=all (`make test-containerd-window`). Each lands in a
+# directory of its own, bin/containerd-<minor>/, so containerd finds the shim of its own release beside it.
+containerd_window="1.7"
+[ "${LRP_CONTAINERD_WINDOW:-}" = all ] && containerd_window="1.7 2.2 2.3"
+containerd_module() { [ "$1" = 1.7 ] && echo github.com/containerd/containerd || echo github.com/containerd/containerd/v2; }
 k8s_ldflags() {
   local v=${1:-$k8s_version} minor
   minor=${v#v1.}; minor=${minor%%.*}
@@ -41,6 +48,11 @@ tools() {
   echo "kwok|$(module_version kwok sigs.k8s.io/kwok)|kwok=sigs.k8s.io/kwok/cmd/kwok"
   echo "helm|$(module_version helm helm.sh/helm/v4)|helm=helm.sh/helm/v4/cmd/helm"
   echo "containerd|$(module_version containerd github.com/containerd/containerd/v2)|containerd=$c/containerd containerd-shim-runc-v2=$c/containerd-shim-runc-v2 ctr=$c/ctr"
+  local module
+  for minor in $containerd_window; do
+    module=$(containerd_module "$minor")
+    echo "containerd-$minor|$(module_version "containerd-$minor" "$module")|$(for b in containerd containerd-shim-runc-v2 ctr; do printf 'containerd-%s/%s=%s/cmd/%s ' "$minor" "$b" "$module" "$b"; done)"
+  done
   echo "runc|$(module_version runc github.com/opencontainers/runc)|runc=github.com/opencontainers/runc"
   echo "cni|$(module_version cni github.com/containernetworking/plugins)|bridge=$p/main/bridge host-local=$p/ipam/host-local loopback=$p/main/loopback portmap=$p/meta/portmap"
   echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane authregistry=local-registry-publisher/tools/crane/authregistry"
@@ -94,6 +106,7 @@ ldflags_of() {
     k8s-*) k8s_ldflags "$(module_version "$1" k8s.io/kubernetes)" ;;
     helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$(module_version helm helm.sh/helm/v4)" ;;
     containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(module_version containerd github.com/containerd/containerd/v2)" ;;
+    containerd-*) local m; m=$(containerd_module "${1#containerd-}"); echo "-s -w -X $m/version.Version=$(module_version "$1" "$m")" ;;
     runc) local v; v=$(module_version runc github.com/opencontainers/runc); echo "-s -w -X main.version=${v#v}" ;;
     *) echo "-s -w" ;;
   esac
@@ -103,7 +116,7 @@ ldflags_of() {
 tags_of() {
   case $1 in
     k8s|k8s-*) echo "selinux,notest" ;;
-    containerd) echo "no_btrfs,no_devmapper" ;;
+    containerd|containerd-*) echo "no_btrfs,no_devmapper" ;;
     runc) echo "seccomp,netgo,osusergo" ;;
     *) echo "" ;;
   esac
@@ -144,6 +157,7 @@ build_tool() {
     local target out pkg
     for target in $targets; do
       out=${target%%=*}; pkg=${target#*=}
+      mkdir -p "$(dirname "$dir.partial/bin/$out")"
       CGO_ENABLED=$(cgo_of "$name") go build -v -trimpath -tags "$(tags_of "$name")" -ldflags "$ldflags" \
         -o "$dir.partial/bin/$out" "$pkg"
     done

@@ -162,6 +162,7 @@ impl ControlPlane {
             }
             node::host::preflight()?;
         }
+        let containerd = node::ContainerdRelease::from_env()?;
         let tools = tools::bin_dir()?;
         let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
@@ -189,8 +190,8 @@ impl ControlPlane {
         );
         if let Some(network) = &network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, network, &cgroups));
-            node::write_configs(&dir, &tools, &pki, &server, network)?;
+            recipes.extend(node::recipes(&tools, &dir, network, &cgroups, &containerd));
+            node::write_configs(&dir, &tools, &pki, &server, network, &containerd)?;
         }
 
         let plane = Self {
@@ -232,7 +233,7 @@ impl ControlPlane {
             })
             .await?;
         if let Some(network) = &network {
-            plane.start_real_node(&client, network).await?;
+            plane.start_real_node(&client, network, &containerd).await?;
         }
         eprintln!(
             "[testbed] Kubernetes {} control plane ready in {:.1}s; KUBECONFIG={}",

@@ -1,5 +1,6 @@
-//! A real node beside the kwok one: containerd 2 with runc and the CNI bridge, kubelet, kube-proxy and CoreDNS,
-//! all built from pinned sources by `hack/tools.sh`.
+//! A real node beside the kwok one: containerd (the main pin, or another release of the window: see
+//! [`ContainerdRelease`]) with runc and the CNI bridge, kubelet, kube-proxy and CoreDNS, all built from pinned sources
+//! by `hack/tools.sh`.
 //!
 //! The daemons run in the node's own network namespace (a veth to the machine; see [`host`]) and share one
 //! private mount namespace whose /run, /var/lib and /var/log are fresh tmpfs mounts, held open by a `sleep` that is
@@ -32,6 +33,48 @@ pub const SIMULATED_TAINT: &str = "testbed.local/simulated";
 const HOLDER: &str = "node-namespace";
 const COMPONENTS: [&str; 4] = ["containerd", "kubelet", "kube-proxy", "coredns"];
 
+/// The containerd release of the main pin (tools/containerd), the newest end of the window.
+pub const CONTAINERD_MAIN_MINOR: &str = "2.4";
+/// The containerd releases the real node can run, oldest first: what kind, k3s, minikube and MicroK8s ship.
+pub const CONTAINERD_WINDOW: [&str; 4] = ["1.7", "2.2", "2.3", CONTAINERD_MAIN_MINOR];
+
+/// The containerd release the real node runs: `LRP_CONTAINERD` (`1.7`, `2.2`, `2.3`, built by hack/tools.sh into
+/// `containerd-<minor>/` beside the other tools), else the main pin. The node checks what the started containerd
+/// reports against it, so a wrong binary can never pass for another release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerdRelease {
+    /// `2.4`.
+    pub minor: String,
+}
+
+impl ContainerdRelease {
+    pub fn from_env() -> Result<Self, Error> {
+        let minor = std::env::var("LRP_CONTAINERD").ok().filter(|v| !v.is_empty());
+        let minor = minor.unwrap_or_else(|| CONTAINERD_MAIN_MINOR.into());
+        if !CONTAINERD_WINDOW.contains(&minor.as_str()) {
+            return Err(Error::Version(format!(
+                "LRP_CONTAINERD={minor:?} is not a containerd release of the window ({})",
+                CONTAINERD_WINDOW.join(", ")
+            )));
+        }
+        Ok(Self { minor })
+    }
+
+    /// Where its containerd, shim and ctr are.
+    pub(crate) fn bin_dir(&self, tools: &Path) -> PathBuf {
+        if self.minor == CONTAINERD_MAIN_MINOR {
+            tools.to_path_buf()
+        } else {
+            tools.join(format!("containerd-{}", self.minor))
+        }
+    }
+
+    /// The config version it reads natively: 2 for containerd 1.x, 3 for 2.x.
+    pub fn config_version(&self) -> u8 {
+        if self.minor.starts_with("1.") { 2 } else { 3 }
+    }
+}
+
 /// Whether this machine can run a real node; the error names what it lacks (root, cgroups, a program).
 pub fn preflight() -> Result<(), Error> {
     host::preflight()
@@ -42,7 +85,9 @@ pub fn preflight() -> Result<(), Error> {
 pub struct RealNode {
     network: HostNetwork,
     dir: PathBuf,
-    tools: PathBuf,
+    /// Where its containerd release's binaries are (ctr among them).
+    containerd_bin: PathBuf,
+    release: ContainerdRelease,
 }
 
 impl RealNode {
@@ -52,6 +97,11 @@ impl RealNode {
 
     pub fn network(&self) -> &HostNetwork {
         &self.network
+    }
+
+    /// The containerd release it runs.
+    pub fn containerd_release(&self) -> &ContainerdRelease {
+        &self.release
     }
 
     /// A command that runs in the node's network namespace: there `localhost` is the node, as it is for a
@@ -64,13 +114,35 @@ impl RealNode {
 
     /// Loads an image archive into the node's containerd, where kubelet finds it without a pull.
     pub fn import(&self, image: &Image) -> Result<(), Error> {
-        let output = Command::new(self.tools.join("ctr"))
+        let output = Command::new(self.containerd_bin.join("ctr"))
             .arg("--address")
             .arg(self.dir.join("node/containerd.sock"))
             .args(["-n", "k8s.io", "images", "import"])
             .arg(&image.archive)
             .output()?;
         checked(&format!("importing {}", image.name), output).map(drop)
+    }
+
+    /// Fails unless the running containerd reports a version of the release asked for.
+    fn check_release(&self) -> Result<(), Error> {
+        let output = Command::new(self.containerd_bin.join("ctr"))
+            .arg("--address")
+            .arg(self.dir.join("node/containerd.sock"))
+            .arg("version")
+            .output()?;
+        let output = checked("asking containerd its version", output)?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        // `Server:` then `  Version:  v1.7.35`.
+        let server = text.split("Server:").nth(1).unwrap_or_default();
+        let version = server.lines().find_map(|l| l.trim().strip_prefix("Version:")).map(str::trim);
+        match version {
+            Some(v) if v.strip_prefix('v').unwrap_or(v).starts_with(&format!("{}.", self.release.minor)) => Ok(()),
+            _ => Err(Error::Version(format!(
+                "the node's containerd reports {:?}, not the {} this run asked for (LRP_CONTAINERD)",
+                version.unwrap_or("no version"),
+                self.release.minor
+            ))),
+        }
     }
 
     /// containerd's registry hosts directory (its `config_path`): where a node agent writes `hosts.toml` files.
@@ -95,11 +167,17 @@ pub(crate) fn recipes(
     dir: &Path,
     network: &HostNetwork,
     cgroup_procs: &[PathBuf],
+    release: &ContainerdRelease,
 ) -> BTreeMap<String, Recipe> {
     let node = |file: &str| dir.join("node").join(file).display().to_string();
     let join_cgroup = cgroup_procs.iter().map(|p| format!("echo $$ >'{}'\n", p.display())).collect::<String>();
-    let path =
-        format!("export PATH='{}':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", tools.display());
+    // containerd looks its shim up in PATH: its own release's comes first.
+    let containerd_bin = release.bin_dir(tools);
+    let path = format!(
+        "export PATH='{}':'{}':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+        containerd_bin.display(),
+        tools.display()
+    );
     let holder = format!(
         "{join_cgroup}exec unshare --mount --propagation private -- sh -c \
          'mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /var/log \
@@ -113,7 +191,13 @@ pub(crate) fn recipes(
     );
     let tool = |name: &str| tools.join(name).display().to_string();
     let commands: [(&str, Vec<String>); 4] = [
-        ("containerd", vec![tool("containerd"), format!("--config={}", node("containerd.toml"))]),
+        (
+            "containerd",
+            vec![
+                containerd_bin.join("containerd").display().to_string(),
+                format!("--config={}", node("containerd.toml")),
+            ],
+        ),
         (
             "kubelet",
             vec![
@@ -146,6 +230,7 @@ pub(crate) fn write_configs(
     pki: &crate::pki::Pki,
     server: &str,
     network: &HostNetwork,
+    release: &ContainerdRelease,
 ) -> Result<(), Error> {
     let paths = config::Paths { dir, tools, ca_cert: &pki.ca_cert };
     let node = dir.join("node");
@@ -153,7 +238,7 @@ pub(crate) fn write_configs(
     std::fs::create_dir_all(node.join(config::HOSTS_DIR))?;
     let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
     let files = [
-        ("containerd.toml", config::containerd(&paths)),
+        ("containerd.toml", config::containerd(&paths, release)),
         ("cni/10-testbed.conflist", config::cni_conflist()),
         ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup)),
         ("kube-proxy.yaml", config::kube_proxy(&paths, REAL_NODE_NAME)),
@@ -173,7 +258,12 @@ pub(crate) fn write_configs(
 
 impl ControlPlane {
     /// Starts the real node's daemons and waits until the node is Ready.
-    pub(crate) async fn start_real_node(&self, client: &kube::Client, network: &HostNetwork) -> Result<(), Error> {
+    pub(crate) async fn start_real_node(
+        &self,
+        client: &kube::Client,
+        network: &HostNetwork,
+        release: &ContainerdRelease,
+    ) -> Result<(), Error> {
         let started = Instant::now();
         let dir = self.dir().to_path_buf();
         // The kwok node would take pods meant for the real one.
@@ -190,8 +280,14 @@ impl ControlPlane {
         })
         .await?;
         self.start_component("containerd")?;
-        let node = RealNode { network: network.clone(), dir: dir.clone(), tools: self.tools().to_path_buf() };
-        let ctr = self.tools().join("ctr");
+        let containerd_bin = release.bin_dir(self.tools());
+        let node = RealNode {
+            network: network.clone(),
+            dir: dir.clone(),
+            containerd_bin: containerd_bin.clone(),
+            release: release.clone(),
+        };
+        let ctr = containerd_bin.join("ctr");
         let socket = dir.join("node/containerd.sock");
         self.wait_for("containerd to answer", || {
             let answers = Command::new(&ctr)
@@ -203,6 +299,7 @@ impl ControlPlane {
             async move { answers }
         })
         .await?;
+        node.check_release()?;
         node.import(&crate::image::pause(&dir.join("images"))?)?;
         host::record_sysctls(&dir)?;
         for name in &COMPONENTS[1..] {
@@ -213,7 +310,11 @@ impl ControlPlane {
             async move { api.get_opt(REAL_NODE_NAME).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
         })
         .await?;
-        eprintln!("[testbed] real node {REAL_NODE_NAME} Ready in {:.1}s", started.elapsed().as_secs_f64());
+        eprintln!(
+            "[testbed] real node {REAL_NODE_NAME} (containerd {}) Ready in {:.1}s",
+            release.minor,
+            started.elapsed().as_secs_f64()
+        );
         self.set_real_node(node);
         Ok(())
     }
