@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
+# commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
+#
+#   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, one after another)
+#
+# Each part takes 15 to 50 minutes on 2 cores (docs/development.md); the full report of a run stays in
+# target/mutants/<part>/mutants.out.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+version=27.1.0
+
+files_of() {
+  case $1 in
+    core) echo "src/hosting/*.rs src/publish/*.rs src/keys.rs src/settings.rs src/watching.rs" ;;
+    registry) echo "src/registry/*.rs" ;;
+    node) echo "src/node/*.rs" ;;
+    pull-cli) echo "src/pull/*.rs src/cli/nodes/verdict.rs src/cli/text.rs src/cli/readers.rs" ;;
+    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, pull-cli)" >&2; return 2 ;;
+  esac
+}
+
+summarise() {
+  local part=$1 out=$2 commit=$3 started=$4
+  local outcomes="$out/mutants.out/outcomes.json"
+  mkdir -p docs/mutants
+  {
+    echo "# Mutation testing: $part"
+    echo
+    echo "Written by \`hack/mutants.sh $part\` (cargo-mutants $version, the unit and grammar tests) on commit"
+    echo "\`$commit\`, $(date -u +%Y-%m-%d), in $(( ($(date +%s) - started) / 60 )) minutes. Files: \`$(files_of "$part")\`."
+    echo
+    echo "| module | mutants | caught | missed | timeouts | unviable | score |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    jq -r '
+      [.outcomes[] | select(.scenario | type == "object") | {file: .scenario.Mutant.file, summary}]
+      | group_by(.file)[]
+      | {file: .[0].file,
+         total: length,
+         caught: map(select(.summary == "CaughtMutant")) | length,
+         missed: map(select(.summary == "MissedMutant")) | length,
+         timeout: map(select(.summary == "Timeout")) | length,
+         unviable: map(select(.summary == "Unviable")) | length}
+      | . + {score: (if (.caught + .missed + .timeout) == 0 then "-" else
+          "\((1000 * (.caught + .timeout) / (.caught + .missed + .timeout) | floor) / 10) %" end)}
+      | "| `\(.file)` | \(.total) | \(.caught) | \(.missed) | \(.timeout) | \(.unviable) | \(.score) |"' "$outcomes"
+    echo
+    echo "Score: (caught + timeouts) / (caught + missed + timeouts); unviable mutants do not build and count for nothing."
+    echo
+    echo "## Missed"
+    echo
+    echo "Each with why it is left, from docs/mutants/equivalent.txt (\`<mutant name> | why\`, kept by hand):"
+    echo
+    local name why any=0
+    while IFS= read -r name; do
+      any=1
+      why=$(awk -F' [|] ' -v n="$name" '$1 == n { print $2; exit }' docs/mutants/equivalent.txt 2>/dev/null)
+      echo "- \`$name\`: ${why:-NOT EXPLAINED: kill it with a test, or say why it is equivalent}"
+    done < <(jq -r '.outcomes[] | select(.summary == "MissedMutant") | .scenario.Mutant.name' "$outcomes")
+    [ $any = 1 ] || echo "None."
+  } >"docs/mutants/$part.md"
+  echo "[mutants] $part: docs/mutants/$part.md" >&2
+}
+
+main() {
+  local parts=("$@") part files args commit started
+  [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull-cli)
+  for part in "${parts[@]}"; do files_of "$part" >/dev/null; done
+  local mutants; mutants="$(hack/cargo-tool.sh cargo-mutants "$version")"
+  commit=$(git rev-parse HEAD)
+  git diff --quiet HEAD -- src || echo "[mutants] src/ has uncommitted changes: the summary names $commit all the same" >&2
+  for part in "${parts[@]}"; do
+    files=$(files_of "$part")
+    args=()
+    for f in $files; do args+=(--file "$f"); done
+    started=$(date +%s)
+    echo "[mutants] $part: $files" >&2
+    # Exit 2 means mutants were missed, 3 that some timed out: the summary says which.
+    local status=0
+    mkdir -p "target/mutants/$part"
+    "$mutants" mutants -p local-registry-publisher "${args[@]}" --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
+      --cargo-arg=--lib --cargo-arg=--test=grammar --output "target/mutants/$part" || status=$?
+    case $status in 0 | 2 | 3) ;; *) echo "[mutants] $part: cargo-mutants failed ($status)" >&2; exit "$status" ;; esac
+    summarise "$part" "target/mutants/$part" "$commit" "$started"
+  done
+}
+
+main "$@"
