@@ -45,15 +45,7 @@ fn node() -> &'static RealNode {
 fn images() -> &'static Image {
     static CRANE: OnceLock<Image> = OnceLock::new();
     CRANE.get_or_init(|| {
-        let archive = root().join("target/image/local-registry-publisher.tar");
-        assert!(archive.exists(), "{} is missing: run `make image` (make test does)", archive.display());
-        let controller = Image {
-            name: "docker.io/library/local-registry-publisher".into(),
-            layout: root().join("target/image/local-registry-publisher"),
-            archive,
-            compressed_size: 0,
-        };
-        node().import(&controller).expect("import the controller image");
+        node().import(&support::controller_image()).expect("import the controller image");
         let crane = testbed::node::crane_image(plane().tools(), &plane().dir().join("images")).expect("crane image");
         node().import(&crane).expect("import the crane image");
         crane
@@ -91,14 +83,15 @@ fn isolated_release_values(ns: &str, extra: &[String]) -> Vec<String> {
 /// The node agent on, writing into the real node's hosts directory, checking it every 2 s, and checking that the
 /// node's containerd reads it.
 fn agent_on() -> Vec<String> {
-    agent_writing_into(&node().hosts_dir())
+    agent_writing_into(&node().hosts_dir_on_node())
 }
 
-fn agent_writing_into(dir: &Path) -> Vec<String> {
+/// The node agent writing into `dir`, a path as the node sees it.
+fn agent_writing_into(dir: &str) -> Vec<String> {
     vec![
         "nodeAgent.enabled=true".into(),
-        format!("nodeAgent.configPath={}", dir.display()),
-        format!("nodeAgent.containerdConfig={}", node().containerd_config().display()),
+        format!("nodeAgent.configPath={dir}"),
+        format!("nodeAgent.containerdConfig={}", node().containerd_config_on_node()),
         "nodeAgent.resync=2s".into(),
     ]
 }
@@ -975,7 +968,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     clusterip_registry(&client, &ns, json!({})).await;
     // A directory containerd does not read, as a wrong nodeAgent.configPath (k3s's on a kind node) makes it.
     let elsewhere = node().hosts_dir().with_file_name(format!("{ns}.d"));
-    let wrong = isolated_release_values(&ns, &agent_writing_into(&elsewhere));
+    let wrong = isolated_release_values(&ns, &agent_writing_into(&elsewhere.display().to_string()));
     helm_install("configpath", &ns, &wrong.iter().map(String::as_str).collect::<Vec<_>>());
     let ip = cluster_ip(&client, &ns, "registry").await;
     let address = format!("{ip}:5000");
@@ -996,7 +989,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
     let report = wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
-    let reads = format!("reads registry hosts from {}", node().hosts_dir().display());
+    let reads = format!("reads registry hosts from {}", node().hosts_dir_on_node());
     assert!(report.contains(&reads) && report.contains("nodeAgent.configPath"), "{report}");
 
     // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher::Event;
@@ -322,9 +322,30 @@ async fn leaving(client: &Client, settings: &AgentSettings) -> Option<String> {
         Ok(Some(daemonset)) if daemonset.metadata.deletion_timestamp.is_some() => {
             Some("the agent's DaemonSet is being deleted".into())
         }
-        Ok(Some(daemonset)) => moved(&daemonset, settings.hosts_on_node.as_deref()?),
+        Ok(Some(daemonset)) => match settings.hosts_on_node.as_deref().and_then(|mine| moved(&daemonset, mine)) {
+            Some(why) => Some(why),
+            None => uncovered(client, &daemonset, settings).await,
+        },
         Ok(None) => Some("the agent's DaemonSet is gone".into()),
         Err(error) => Some(format!("cannot tell whether the agent's DaemonSet still exists ({error})")),
+    }
+}
+
+/// Why this node's files go: the DaemonSet no longer runs a pod on this node (its node selector or tolerations
+/// changed, or the node's labels or taints did), so no agent comes back to keep or remove them. A node that cannot
+/// be read keeps its files: an agent that is only being replaced must not take the node's pulls away.
+async fn uncovered(client: &Client, daemonset: &DaemonSet, settings: &AgentSettings) -> Option<String> {
+    let name = settings.node_name.as_deref()?;
+    let template = daemonset.spec.as_ref()?.template.spec.as_ref()?;
+    match Api::<Node>::all(client.clone()).get_opt(name).await {
+        Ok(Some(node)) => node::coverage::covered(&node, template)
+            .err()
+            .map(|why| format!("the agents' DaemonSet no longer runs on this node: {why}")),
+        Ok(None) => Some("this node is gone".into()),
+        Err(error) => {
+            warn!(%error, "cannot read this node to tell whether the agents still run here; its files stay");
+            None
+        }
     }
 }
 

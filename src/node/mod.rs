@@ -6,6 +6,7 @@
 //! only with the CA bundle its Service names ([`CA_BUNDLE`]). The controller publishes the [`NodePlan`]; each
 //! node's agent ([`files`]) writes it.
 
+pub mod coverage;
 pub mod files;
 pub mod mirror;
 pub mod runtime;

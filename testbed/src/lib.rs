@@ -101,6 +101,9 @@ pub struct Options {
     /// A real node (containerd, kubelet, kube-proxy, CoreDNS) beside the kwok one, which is then tainted. Needs
     /// root and cgroups; without them starting fails with [`Error::NodeUnsupported`] naming what is missing.
     pub real_node: bool,
+    /// With `real_node`: a second real node, prepared (its namespace, cgroups, configs) but started only by
+    /// [`ControlPlane::start_second_node`], so a test can show what happens when a node joins later.
+    pub second_node: bool,
 }
 
 pub struct ControlPlane {
@@ -112,6 +115,11 @@ pub struct ControlPlane {
     /// In start order; stopped in reverse.
     running: Mutex<Vec<Component>>,
     real_node: OnceLock<RealNode>,
+    /// The second node's network, prepared at start; its daemons run once [`ControlPlane::start_second_node`] is
+    /// called.
+    second_network: Option<node::HostNetwork>,
+    second_node: tokio::sync::OnceCell<RealNode>,
+    containerd: node::ContainerdRelease,
     _watchdog: process::Watchdog,
 }
 
@@ -125,7 +133,14 @@ impl ControlPlane {
     /// Like [`ControlPlane::shared`], with a real node (see [`Options::real_node`]).
     pub fn shared_with_real_node() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true }))
+        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, second_node: false }))
+    }
+
+    /// Like [`ControlPlane::shared_with_real_node`], with a second real node ready to start (see
+    /// [`Options::second_node`]).
+    pub fn shared_with_two_real_nodes() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, second_node: true }))
     }
 
     fn start_or_panic(options: Options) -> ControlPlane {
@@ -166,10 +181,15 @@ impl ControlPlane {
         let tools = tools::bin_dir()?;
         let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
-        let network = options.real_node.then(|| node::HostNetwork::create(&dir)).transpose()?;
+        let first = node::Slot::First;
+        let network = options.real_node.then(|| node::HostNetwork::create(&dir, first, None)).transpose()?;
         // With a real node the API server listens on the machine's end of the node's veth, where pods and the
         // node reach it too; otherwise on loopback.
         let api_ip = network.as_ref().map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host_ip);
+        let second = node::Slot::Second;
+        let second_network = (options.real_node && options.second_node)
+            .then(|| node::HostNetwork::create(&dir, second, Some(api_ip)))
+            .transpose()?;
         let pki = pki::write(&dir.join("pki"), api_ip)?;
         let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
         let server = format!("https://{api_ip}:{api_port}");
@@ -190,8 +210,13 @@ impl ControlPlane {
         );
         if let Some(network) = &network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, network, &cgroups, &containerd));
-            node::write_configs(&dir, &tools, &pki, &server, network, &containerd)?;
+            recipes.extend(node::recipes(&tools, &dir, first, network, &cgroups, &containerd));
+            node::write_configs(&dir, &tools, &pki, &server, first, network, &containerd)?;
+        }
+        if let Some(network) = &second_network {
+            let cgroups = network.create_cgroups()?;
+            recipes.extend(node::recipes(&tools, &dir, second, network, &cgroups, &containerd));
+            node::write_configs(&dir, &tools, &pki, &server, second, network, &containerd)?;
         }
 
         let plane = Self {
@@ -202,6 +227,9 @@ impl ControlPlane {
             tools,
             running: Mutex::new(Vec::new()),
             real_node: OnceLock::new(),
+            second_network,
+            second_node: tokio::sync::OnceCell::new(),
+            containerd: containerd.clone(),
             _watchdog: watchdog,
         };
         plane.start_component("etcd")?;
@@ -233,7 +261,8 @@ impl ControlPlane {
             })
             .await?;
         if let Some(network) = &network {
-            plane.start_real_node(&client, network, &containerd).await?;
+            let node = plane.start_real_node(&client, first, network, &containerd).await?;
+            plane.set_real_node(node);
         }
         eprintln!(
             "[testbed] Kubernetes {} control plane ready in {:.1}s; KUBECONFIG={}",
@@ -255,6 +284,25 @@ impl ControlPlane {
 
     pub(crate) fn set_real_node(&self, node: RealNode) {
         let _ = self.real_node.set(node);
+    }
+
+    /// Starts the second real node (once; later calls return it) and waits until it is Ready. Fails unless the
+    /// control plane was started with [`Options::second_node`].
+    pub async fn start_second_node(&self) -> Result<&RealNode, Error> {
+        let network = self.second_network.as_ref().ok_or_else(|| {
+            Error::NodeUnsupported("this control plane was started without Options::second_node".into())
+        })?;
+        self.second_node
+            .get_or_try_init(|| async {
+                let client = self.client().await?;
+                self.start_real_node(&client, node::Slot::Second, network, &self.containerd).await
+            })
+            .await
+    }
+
+    /// The second real node, once [`ControlPlane::start_second_node`] started it.
+    pub fn second_node(&self) -> Option<&RealNode> {
+        self.second_node.get()
     }
 
     /// The API server's URL, `https://127.0.0.1:<port>` (with a real node, the machine's end of its veth).

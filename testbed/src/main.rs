@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["up"] => up(testbed::Options::default()),
-        ["up", "--real-node"] => up(testbed::Options { real_node: true }),
+        ["up", "--real-node"] => up(testbed::Options { real_node: true, ..Default::default() }),
         ["demo", controller] => demo(std::path::Path::new(controller)),
         ["image", binary, out, options @ ..] => image(std::path::Path::new(binary), std::path::Path::new(out), options),
         ["values-docs", chart] => match testbed::values_docs::render(std::path::Path::new(chart)) {
@@ -96,7 +96,7 @@ fn demo(controller: &std::path::Path) -> ExitCode {
         Ok(()) => {
             println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");
             println!("    and a real node (containerd, runc, kubelet, kube-proxy, CoreDNS)");
-            testbed::Options { real_node: true }
+            testbed::Options { real_node: true, ..Default::default() }
         }
         Err(reason) => {
             println!("==> Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)");

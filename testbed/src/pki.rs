@@ -20,9 +20,6 @@ pub struct Pki {
     pub serving_key: PathBuf,
     pub admin_cert: PathBuf,
     pub admin_key: PathBuf,
-    /// `system:node:<real node>` in group `system:nodes`: what the Node authorizer lets a kubelet do, and no more.
-    pub node_cert: PathBuf,
-    pub node_key: PathBuf,
     /// `system:kube-proxy`, bound to `system:node-proxier` by the API server's default RBAC.
     pub proxy_cert: PathBuf,
     pub proxy_key: PathBuf,
@@ -31,6 +28,16 @@ pub struct Pki {
     pub kubelet_client_key: PathBuf,
     pub service_account_key: PathBuf,
     pub service_account_public_key: PathBuf,
+}
+
+impl Pki {
+    /// The kubelet's client certificate and key for the node in `slot`: `system:node:<its name>` in group
+    /// `system:nodes`, what the Node authorizer lets a kubelet do, and no more.
+    pub(crate) fn node_credentials(&self, slot: crate::node::Slot) -> (PathBuf, PathBuf) {
+        let dir = self.ca_cert.parent().unwrap_or(std::path::Path::new("."));
+        let name = slot.dir_name();
+        (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")))
+    }
 }
 
 /// The first address of the service range, which the `kubernetes` Service gets: pods reach the API server there.
@@ -106,10 +113,11 @@ pub fn write(dir: &Path, api_ip: Ipv4Addr) -> Result<Pki, Error> {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         Ok((params.signed_by(&key, &ca)?.pem(), key.serialize_pem()))
     };
-    let node_name = format!("system:node:{}", crate::node::REAL_NODE_NAME);
+    let node_user = |slot: crate::node::Slot| format!("system:node:{}", slot.node_name());
     let clients = [
         ("admin", client("admin", Some("system:masters"))?),
-        ("node", client(&node_name, Some("system:nodes"))?),
+        ("node", client(&node_user(crate::node::Slot::First), Some("system:nodes"))?),
+        ("node-2", client(&node_user(crate::node::Slot::Second), Some("system:nodes"))?),
         ("kube-proxy", client("system:kube-proxy", None)?),
         ("apiserver-kubelet-client", client("kube-apiserver-kubelet-client", Some("system:masters"))?),
     ];
@@ -122,8 +130,6 @@ pub fn write(dir: &Path, api_ip: Ipv4Addr) -> Result<Pki, Error> {
         serving_key: dir.join("apiserver.key"),
         admin_cert: dir.join("admin.crt"),
         admin_key: dir.join("admin.key"),
-        node_cert: dir.join("node.crt"),
-        node_key: dir.join("node.key"),
         proxy_cert: dir.join("kube-proxy.crt"),
         proxy_key: dir.join("kube-proxy.key"),
         kubelet_client_cert: dir.join("apiserver-kubelet-client.crt"),

@@ -423,6 +423,18 @@ pub fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The controller image `make image` built (`make test` does), to import into a real node.
+pub fn controller_image() -> testbed::image::Image {
+    let archive = root().join("target/image/local-registry-publisher.tar");
+    assert!(archive.exists(), "{} is missing: run `make image` (make test does)", archive.display());
+    testbed::image::Image {
+        name: "docker.io/library/local-registry-publisher".into(),
+        layout: root().join("target/image/local-registry-publisher"),
+        archive,
+        compressed_size: 0,
+    }
+}
+
 /// `doctor` run against `plane` with `args`.
 pub fn doctor(plane: &ControlPlane, args: &[&str]) -> std::process::Output {
     std::process::Command::new(binary::BINARY)

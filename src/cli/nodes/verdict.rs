@@ -2,7 +2,7 @@
 //! hosts.toml, how its agent pod is, and what the agent's state says of the plan in force. Only a covered
 //! containerd node can fail the report; the others are told with why.
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 
@@ -44,7 +44,7 @@ impl Line {
 }
 
 pub fn node(found: &Found, plan: &NodePlan) -> Line {
-    if let Err(why) = covered(found.node, found.template) {
+    if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
     }
     let runtime =
@@ -81,55 +81,6 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
         Ok(said) => Line::Configured(said),
         Err(said) => Line::Wrong(said),
     }
-}
-
-/// Whether the DaemonSet runs a pod on `node`: its node selector matches and it tolerates every taint that keeps
-/// pods off (the DaemonSet controller itself adds tolerations for a node's passing conditions).
-fn covered(node: &Node, template: &PodSpec) -> Result<(), String> {
-    let labels = node.labels();
-    for (key, value) in template.node_selector.iter().flatten() {
-        if labels.get(key) != Some(value) {
-            let has = labels.get(key).map_or_else(|| "has no such label".to_string(), |v| format!("has {key}={v}"));
-            return Err(format!(
-                "its nodeSelector {key}={value} does not match: the node {has} (nodeAgent.nodeSelector)"
-            ));
-        }
-    }
-    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
-    let tolerations = template.tolerations.as_deref().unwrap_or_default();
-    let repelling = taints.iter().filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
-    for taint in repelling {
-        if !tolerates_by_default(taint) && !tolerations.iter().any(|toleration| tolerates(toleration, taint)) {
-            let value = taint.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
-            return Err(format!(
-                "its taint {}{value}:{} is not tolerated (nodeAgent.tolerations)",
-                taint.key, taint.effect
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The taints every DaemonSet pod tolerates: the node conditions the DaemonSet controller adds tolerations for.
-fn tolerates_by_default(taint: &Taint) -> bool {
-    matches!(
-        taint.key.strip_prefix("node.kubernetes.io/"),
-        Some("not-ready" | "unreachable" | "disk-pressure" | "memory-pressure" | "pid-pressure" | "unschedulable")
-            | Some("network-unavailable")
-    )
-}
-
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
-    let key = toleration.key.as_deref().unwrap_or_default();
-    let exists = toleration.operator.as_deref() == Some("Exists");
-    let matches = match (key.is_empty(), exists) {
-        (true, true) => true,
-        (true, false) => false,
-        (false, true) => key == taint.key,
-        (false, false) => key == taint.key && toleration.value.as_deref() == taint.value.as_deref(),
-    };
-    effect && matches
 }
 
 /// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd.
@@ -198,7 +149,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateWaiting, ContainerStatus, NodeSpec, NodeStatus, NodeSystemInfo, ObjectReference,
-        PodCondition, PodStatus,
+        PodCondition, PodStatus, Taint, Toleration,
     };
 
     use super::*;
@@ -336,21 +287,6 @@ mod tests {
         );
         let preferred = node("p1", "containerd://2.4.2", &[], &[("anything", "PreferNoSchedule")]);
         assert!(matches!(line(&preferred, &only_exists_for_one_key, None, None, &[]), Line::Wrong(_)));
-        let equal = Toleration {
-            key: Some("k".into()),
-            value: Some("v".into()),
-            effect: Some("NoSchedule".into()),
-            ..Toleration::default()
-        };
-        let taint = |value: &str, effect: &str| Taint {
-            key: "k".into(),
-            value: Some(value.into()),
-            effect: effect.into(),
-            ..Taint::default()
-        };
-        assert!(tolerates(&equal, &taint("v", "NoSchedule")));
-        assert!(!tolerates(&equal, &taint("w", "NoSchedule")));
-        assert!(!tolerates(&equal, &taint("v", "NoExecute")));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-/// Pod addresses on the node's bridge. Only the node's namespace routes them, so any range not used there works.
-pub(crate) const POD_SUBNET: &str = "10.88.0.0/24";
+/// Pod addresses on every node's bridge (each node has a /24 of it: [`super::Slot::pod_subnet`]). Only the node's
+/// namespace routes them, so any range not used there works.
+pub(crate) const POD_RANGE: &str = "10.88.0.0/16";
 /// The sandbox image every pod starts with; built from source by the testbed and imported before kubelet starts.
 pub const PAUSE_IMAGE: &str = "testbed.local/pause:1";
 
@@ -13,7 +14,12 @@ pub const PAUSE_IMAGE: &str = "testbed.local/pause:1";
 /// by the transfer service that pulls for the CRI since containerd 2.1 (containerd#12808).
 pub(crate) const HOSTS_DIR: &str = "certs.d";
 
+/// Where each node's own directory is bind-mounted inside its mount namespace: every node sees its own files at
+/// the same path, as every node of a cluster has `/etc/containerd`, so one DaemonSet's hostPath serves them all.
+pub const NODE_MOUNT: &str = "/var/lib/testbed";
+
 pub(crate) struct Paths<'a> {
+    /// The node's own directory (`<plane>/node`, `<plane>/node-2`).
     pub dir: &'a Path,
     pub tools: &'a Path,
     pub ca_cert: &'a Path,
@@ -21,7 +27,12 @@ pub(crate) struct Paths<'a> {
 
 impl Paths<'_> {
     pub(crate) fn node(&self, file: &str) -> String {
-        self.dir.join("node").join(file).display().to_string()
+        self.dir.join(file).display().to_string()
+    }
+
+    /// `file` as the node's own daemons see it ([`NODE_MOUNT`]).
+    pub(crate) fn on_node(file: &str) -> String {
+        format!("{NODE_MOUNT}/{file}")
     }
 }
 
@@ -69,7 +80,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
         tools = paths.tools.display(),
         cni = paths.node("cni"),
         runc = paths.tools.join("runc").display(),
-        hosts = paths.node(HOSTS_DIR),
+        hosts = Paths::on_node(HOSTS_DIR),
     )
 }
 
@@ -107,13 +118,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
         tools = paths.tools.display(),
         cni = paths.node("cni"),
         runc = paths.tools.join("runc").display(),
-        hosts = paths.node(HOSTS_DIR),
+        hosts = Paths::on_node(HOSTS_DIR),
     )
 }
 
 /// A bridge with host-local addresses, NAT for traffic leaving the pod subnet (pods reach the API server on the
 /// machine side of the veth), hairpin for a pod reaching itself through a Service, and hostPorts.
-pub(crate) fn cni_conflist() -> String {
+pub(crate) fn cni_conflist(pod_subnet: &str) -> String {
     format!(
         r#"{{
   "cniVersion": "1.0.0",
@@ -125,7 +136,7 @@ pub(crate) fn cni_conflist() -> String {
       "isGateway": true,
       "ipMasq": true,
       "hairpinMode": true,
-      "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{POD_SUBNET}"}}]], "routes": [{{"dst": "0.0.0.0/0"}}]}}
+      "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{pod_subnet}"}}]], "routes": [{{"dst": "0.0.0.0/0"}}]}}
     }},
     {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
   ]
@@ -177,7 +188,7 @@ kind: KubeProxyConfiguration
 clientConnection: {{kubeconfig: "{kubeconfig}"}}
 hostnameOverride: {node_name}
 mode: iptables
-clusterCIDR: "{POD_SUBNET}"
+clusterCIDR: "{POD_RANGE}"
 # Service traffic leaves with the node's address, so replies from the machine side of the veth find their way back.
 iptables: {{masqueradeAll: true, localhostNodePorts: true}}
 # conntrack limits are machine-wide; leave them alone.

@@ -1,6 +1,7 @@
 //! What a real node changes on this machine, and how every change is undone.
 //!
-//! Everything is recorded in `<dir>/node/cleanup.env` and `<dir>/node/sysctls` before it is made, and
+//! Everything is recorded in `<dir>/node/cleanup.env` and `<dir>/node/sysctls` (`node-2/` for a second node) before
+//! it is made, and
 //! [`TEARDOWN`] undoes it from those files alone, so the same script serves a normal stop and the watchdog after a
 //! SIGKILL:
 //! - a network namespace `testbed-<n>` holding the node's side of a veth pair; deleting the namespace removes the
@@ -23,7 +24,11 @@ use crate::Error;
 /// Undoes a real node from the files it recorded. `$1` is the control plane's directory.
 pub(crate) const TEARDOWN: &str = r#"
 node_teardown() {
-  local d="$1/node" NETNS="" CGROUP="" roots pids path value i
+  local d
+  for d in "$1"/node-[0-9]* "$1"/node; do node_teardown_one "$d"; done
+}
+node_teardown_one() {
+  local d="$1" NETNS="" CGROUP="" roots pids path value i
   [ -f "$d/cleanup.env" ] || return 0
   . "$d/cleanup.env"
   [ -n "$CGROUP" ] && roots=$(ls -d /sys/fs/cgroup/"$CGROUP" /sys/fs/cgroup/*/"$CGROUP" 2>/dev/null)
@@ -91,9 +96,11 @@ pub(crate) fn preflight() -> Result<(), Error> {
 }
 
 impl HostNetwork {
-    /// Claims the first free `testbed-<n>` namespace (creation is the lock) and wires it to the machine.
-    pub(crate) fn create(dir: &Path) -> Result<Self, Error> {
-        std::fs::create_dir_all(dir.join("node"))?;
+    /// Claims the first free `testbed-<n>` namespace (creation is the lock) and wires it to the machine; `api_ip`
+    /// is where the API server listens, on the first node's veth.
+    pub(crate) fn create(dir: &Path, slot: super::Slot, api_ip: Option<Ipv4Addr>) -> Result<Self, Error> {
+        let node_dir = dir.join(slot.dir_name());
+        std::fs::create_dir_all(&node_dir)?;
         for n in 1..=250u8 {
             let netns = format!("testbed-{n}");
             if !Command::new("ip").args(["netns", "add", &netns]).output()?.status.success() {
@@ -105,14 +112,14 @@ impl HostNetwork {
                 node_ip: Ipv4Addr::new(10, 213, n, 2),
                 cgroup: netns.clone(),
             };
-            std::fs::write(dir.join("node/cleanup.env"), format!("NETNS={netns}\nCGROUP={netns}\n"))?;
-            network.wire(n)?;
+            std::fs::write(node_dir.join("cleanup.env"), format!("NETNS={netns}\nCGROUP={netns}\n"))?;
+            network.wire(n, api_ip)?;
             return Ok(network);
         }
         Err(Error::NodeUnsupported("no free network namespace testbed-1 ... testbed-250".into()))
     }
 
-    fn wire(&self, n: u8) -> Result<(), Error> {
+    fn wire(&self, n: u8, api_ip: Option<Ipv4Addr>) -> Result<(), Error> {
         let (host_link, node_link) = (format!("tb{n}-host"), format!("tb{n}-node"));
         let host_cidr = format!("{}/24", self.host_ip);
         let node_cidr = format!("{}/24", self.node_ip);
@@ -131,6 +138,10 @@ impl HostNetwork {
         // No default route: nothing inside can reach past the machine. Service IPs need a route for the node's own
         // connections, which kube-proxy rewrites before they leave.
         inside(&["route", "add", crate::SERVICE_CIDR, "dev", "eth0"])?;
+        // A later node reaches the API server on the first node's veth, a local address of the machine.
+        if let Some(api_ip) = api_ip.filter(|ip| *ip != self.host_ip) {
+            inside(&["route", "add", &format!("{api_ip}/32"), "via", &self.host_ip.to_string()])?;
+        }
         Ok(())
     }
 
@@ -166,7 +177,7 @@ impl HostNetwork {
     }
 }
 
-/// Records the machine-wide sysctls kubelet may change, so teardown can restore them.
+/// Records the machine-wide sysctls kubelet may change, so teardown can restore them; `dir` is the node's own.
 pub(crate) fn record_sysctls(dir: &Path) -> Result<(), Error> {
     let mut lines = String::new();
     for name in KUBELET_SYSCTLS {
@@ -175,7 +186,7 @@ pub(crate) fn record_sysctls(dir: &Path) -> Result<(), Error> {
             lines.push_str(&format!("{} {}\n", path.display(), value.trim()));
         }
     }
-    std::fs::write(dir.join("node/sysctls"), lines)?;
+    std::fs::write(dir.join("sysctls"), lines)?;
     Ok(())
 }
 

@@ -26,6 +26,47 @@ pub use host::{HostNetwork, cgroup_dirs};
 
 /// The real node's name (and its kubelet's identity, `system:node:testbed-real`).
 pub const REAL_NODE_NAME: &str = "testbed-real";
+
+/// Which real node: the first (every real-node run has it) or the second, which a test starts when it needs a
+/// node that joins later ([`crate::Options::second_node`]). Each has its own name, directory, components, pod
+/// subnet and network namespace; they share the control plane and the containerd release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    First,
+    Second,
+}
+
+impl Slot {
+    pub fn node_name(self) -> String {
+        match self {
+            Slot::First => REAL_NODE_NAME.into(),
+            Slot::Second => format!("{REAL_NODE_NAME}-2"),
+        }
+    }
+
+    /// Its directory under the control plane's: `node`, `node-2`.
+    pub(crate) fn dir_name(self) -> &'static str {
+        match self {
+            Slot::First => "node",
+            Slot::Second => "node-2",
+        }
+    }
+
+    /// A component's name in the control plane's list: `kubelet`, `kubelet-2`.
+    pub(crate) fn component(self, name: &str) -> String {
+        match self {
+            Slot::First => name.into(),
+            Slot::Second => format!("{name}-2"),
+        }
+    }
+
+    pub(crate) fn pod_subnet(self) -> &'static str {
+        match self {
+            Slot::First => "10.88.0.0/24",
+            Slot::Second => "10.88.1.0/24",
+        }
+    }
+}
 /// The taint the kwok node gets while a real node runs, so pods land on the real one unless they tolerate it.
 pub const SIMULATED_TAINT: &str = "testbed.local/simulated";
 
@@ -83,7 +124,9 @@ pub fn preflight() -> Result<(), Error> {
 /// What tests use of the real node.
 #[derive(Debug)]
 pub struct RealNode {
+    name: String,
     network: HostNetwork,
+    /// Its own directory (`<plane>/node`).
     dir: PathBuf,
     /// Where its containerd release's binaries are (ctr among them).
     containerd_bin: PathBuf,
@@ -92,7 +135,7 @@ pub struct RealNode {
 
 impl RealNode {
     pub fn name(&self) -> &str {
-        REAL_NODE_NAME
+        &self.name
     }
 
     pub fn network(&self) -> &HostNetwork {
@@ -116,7 +159,7 @@ impl RealNode {
     pub fn import(&self, image: &Image) -> Result<(), Error> {
         let output = Command::new(self.containerd_bin.join("ctr"))
             .arg("--address")
-            .arg(self.dir.join("node/containerd.sock"))
+            .arg(self.dir.join("containerd.sock"))
             .args(["-n", "k8s.io", "images", "import"])
             .arg(&image.archive)
             .output()?;
@@ -127,7 +170,7 @@ impl RealNode {
     fn check_release(&self) -> Result<(), Error> {
         let output = Command::new(self.containerd_bin.join("ctr"))
             .arg("--address")
-            .arg(self.dir.join("node/containerd.sock"))
+            .arg(self.dir.join("containerd.sock"))
             .arg("version")
             .output()?;
         let output = checked("asking containerd its version", output)?;
@@ -147,12 +190,18 @@ impl RealNode {
 
     /// containerd's registry hosts directory (its `config_path`): where a node agent writes `hosts.toml` files.
     pub fn hosts_dir(&self) -> PathBuf {
-        self.dir.join("node").join(config::HOSTS_DIR)
+        self.dir.join(config::HOSTS_DIR)
     }
 
-    /// containerd's config file, which names [`Self::hosts_dir`] as its registry `config_path`.
-    pub fn containerd_config(&self) -> PathBuf {
-        self.dir.join("node").join("containerd.toml")
+    /// [`Self::hosts_dir`] as the node's daemons and pods see it, and as containerd's `config_path` names it: the
+    /// same path on every node (`nodeAgent.configPath`).
+    pub fn hosts_dir_on_node(&self) -> String {
+        config::Paths::on_node(config::HOSTS_DIR)
+    }
+
+    /// containerd's config file as the node sees it, the same path on every node (`nodeAgent.containerdConfig`).
+    pub fn containerd_config_on_node(&self) -> String {
+        config::Paths::on_node("containerd.toml")
     }
 
     /// The most memory the node's daemons and pods used together so far.
@@ -165,11 +214,12 @@ impl RealNode {
 pub(crate) fn recipes(
     tools: &Path,
     dir: &Path,
+    slot: Slot,
     network: &HostNetwork,
     cgroup_procs: &[PathBuf],
     release: &ContainerdRelease,
 ) -> BTreeMap<String, Recipe> {
-    let node = |file: &str| dir.join("node").join(file).display().to_string();
+    let node = |file: &str| dir.join(slot.dir_name()).join(file).display().to_string();
     let join_cgroup = cgroup_procs.iter().map(|p| format!("echo $$ >'{}'\n", p.display())).collect::<String>();
     // containerd looks its shim up in PATH: its own release's comes first.
     let containerd_bin = release.bin_dir(tools);
@@ -181,7 +231,9 @@ pub(crate) fn recipes(
     let holder = format!(
         "{join_cgroup}exec unshare --mount --propagation private -- sh -c \
          'mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /var/log \
-         && echo $$ >{pid} && exec sleep infinity'",
+         && mkdir -p {mount} && mount --bind {own} {mount} && echo $$ >{pid} && exec sleep infinity'",
+        mount = config::NODE_MOUNT,
+        own = dir.join(slot.dir_name()).display(),
         pid = node("holder.pid"),
     );
     let enter = format!(
@@ -204,7 +256,7 @@ pub(crate) fn recipes(
                 tool("kubelet"),
                 format!("--config={}", node("kubelet.yaml")),
                 format!("--kubeconfig={}", node("kubelet.kubeconfig")),
-                format!("--hostname-override={REAL_NODE_NAME}"),
+                format!("--hostname-override={}", slot.node_name()),
                 format!("--node-ip={}", network.node_ip),
                 "--v=1".into(),
             ],
@@ -216,9 +268,9 @@ pub(crate) fn recipes(
         program: PathBuf::from("/bin/sh"),
         args: [vec!["-c".to_string(), script.to_string(), "sh".to_string()], command].concat(),
     };
-    let mut recipes = BTreeMap::from([(HOLDER.to_string(), shell(&holder, Vec::new()))]);
+    let mut recipes = BTreeMap::from([(slot.component(HOLDER), shell(&holder, Vec::new()))]);
     for (name, command) in commands {
-        recipes.insert(name.to_string(), shell(&enter, command));
+        recipes.insert(slot.component(name), shell(&enter, command));
     }
     recipes
 }
@@ -229,22 +281,24 @@ pub(crate) fn write_configs(
     tools: &Path,
     pki: &crate::pki::Pki,
     server: &str,
+    slot: Slot,
     network: &HostNetwork,
     release: &ContainerdRelease,
 ) -> Result<(), Error> {
-    let paths = config::Paths { dir, tools, ca_cert: &pki.ca_cert };
-    let node = dir.join("node");
+    let node = dir.join(slot.dir_name());
+    let paths = config::Paths { dir: &node, tools, ca_cert: &pki.ca_cert };
+    let (node_cert, node_key) = pki.node_credentials(slot);
     std::fs::create_dir_all(node.join("cni"))?;
     std::fs::create_dir_all(node.join(config::HOSTS_DIR))?;
     let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
     let files = [
         ("containerd.toml", config::containerd(&paths, release)),
-        ("cni/10-testbed.conflist", config::cni_conflist()),
+        ("cni/10-testbed.conflist", config::cni_conflist(slot.pod_subnet())),
         ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup)),
-        ("kube-proxy.yaml", config::kube_proxy(&paths, REAL_NODE_NAME)),
+        ("kube-proxy.yaml", config::kube_proxy(&paths, &slot.node_name())),
         ("Corefile", config::corefile(&paths, network.node_ip)),
         ("resolv.conf", String::new()),
-        ("kubelet.kubeconfig", kubeconfig(&pki.node_cert, &pki.node_key)),
+        ("kubelet.kubeconfig", kubeconfig(&node_cert, &node_key)),
         ("kube-proxy.kubeconfig", kubeconfig(&pki.proxy_cert, &pki.proxy_key)),
         // CoreDNS lists Services, EndpointSlices and Namespaces cluster-wide; admin is more than it needs, but the
         // node is throw-away and its kubelet and kube-proxy have identities of their own.
@@ -261,34 +315,36 @@ impl ControlPlane {
     pub(crate) async fn start_real_node(
         &self,
         client: &kube::Client,
+        slot: Slot,
         network: &HostNetwork,
         release: &ContainerdRelease,
-    ) -> Result<(), Error> {
+    ) -> Result<RealNode, Error> {
         let started = Instant::now();
-        let dir = self.dir().to_path_buf();
+        let dir = self.dir().join(slot.dir_name());
         // The kwok node would take pods meant for the real one.
         let taint = serde_json::json!({"spec": {"taints": [{"key": SIMULATED_TAINT, "effect": "NoSchedule"}]}});
         Api::<Node>::all(client.clone())
             .patch(crate::NODE_NAME, &PatchParams::default(), &Patch::Merge(&taint))
             .await?;
 
-        self.start_component(HOLDER)?;
-        let holder_pid = dir.join("node/holder.pid");
+        self.start_component(&slot.component(HOLDER))?;
+        let holder_pid = dir.join("holder.pid");
         self.wait_for("the node's mount namespace", || {
             let ready = holder_pid.exists();
             async move { ready }
         })
         .await?;
-        self.start_component("containerd")?;
+        self.start_component(&slot.component("containerd"))?;
         let containerd_bin = release.bin_dir(self.tools());
         let node = RealNode {
+            name: slot.node_name(),
             network: network.clone(),
             dir: dir.clone(),
             containerd_bin: containerd_bin.clone(),
             release: release.clone(),
         };
         let ctr = containerd_bin.join("ctr");
-        let socket = dir.join("node/containerd.sock");
+        let socket = dir.join("containerd.sock");
         self.wait_for("containerd to answer", || {
             let answers = Command::new(&ctr)
                 .arg("--address")
@@ -300,23 +356,24 @@ impl ControlPlane {
         })
         .await?;
         node.check_release()?;
-        node.import(&crate::image::pause(&dir.join("images"))?)?;
+        node.import(&crate::image::pause(&self.dir().join("images"))?)?;
         host::record_sysctls(&dir)?;
         for name in &COMPONENTS[1..] {
-            self.start_component(name)?;
+            self.start_component(&slot.component(name))?;
         }
+        let name = slot.node_name();
         self.wait_for("the real node to be Ready", || {
             let api: Api<Node> = Api::all(client.clone());
-            async move { api.get_opt(REAL_NODE_NAME).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
+            let name = name.clone();
+            async move { api.get_opt(&name).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
         })
         .await?;
         eprintln!(
-            "[testbed] real node {REAL_NODE_NAME} (containerd {}) Ready in {:.1}s",
+            "[testbed] real node {name} (containerd {}) Ready in {:.1}s",
             release.minor,
             started.elapsed().as_secs_f64()
         );
-        self.set_real_node(node);
-        Ok(())
+        Ok(node)
     }
 }
 
