@@ -70,8 +70,9 @@ pub async fn run(
     let Reporting { health, metrics } = reporting;
     let owner = Owner::new(&settings.namespace, &settings.configmap);
     let hosts_on_node = settings.hosts_on_node.as_deref();
-    let node_runtime =
-        Containerd::new(settings.hosts_dir.clone(), owner, hosts_on_node, settings.containerd_config.clone())?;
+    let release = node_release(&client, settings.node_name.as_deref()).await;
+    let config = settings.containerd_config.clone();
+    let node_runtime = Containerd::new(settings.hosts_dir.clone(), owner, hosts_on_node, config, release)?;
     let node_runtime: &dyn NodeRuntime = &node_runtime;
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),
@@ -199,6 +200,17 @@ impl Following {
     }
 }
 
+/// This node's containerd release, from its Node (read once: containerd is upgraded with the node, and the agent
+/// restarts with it); `None` when it cannot be read, and then `config_path` is checked as most releases read it.
+async fn node_release(client: &Client, node: Option<&str>) -> Option<node::runtime::Release> {
+    let found = Api::<Node>::all(client.clone()).get_opt(node?).await;
+    let found = found.inspect_err(|error| warn!(%error, "cannot read this node's containerd release")).ok()??;
+    let version = found.status?.node_info?.container_runtime_version;
+    let release = node::runtime::Release::of(&version);
+    info!(runtime = %safe(&version), "this node's container runtime");
+    release
+}
+
 /// A plan and the version of its ConfigMap it was read from.
 #[derive(Clone, Debug)]
 struct Applied {
@@ -278,7 +290,7 @@ fn sync(node_runtime: &dyn NodeRuntime, plan: &NodePlan, last: &Report) -> Optio
 fn tell_runtime(found: &RuntimeFinding) {
     let said = found.said.as_deref().map(safe);
     match (&found.check, said) {
-        (RuntimeCheck::Elsewhere { .. }, Some(said)) => error!("{said}"),
+        (RuntimeCheck::Elsewhere { .. } | RuntimeCheck::ListIgnored { .. }, Some(said)) => error!("{said}"),
         (RuntimeCheck::Unknown(_), Some(said)) => warn!("{said}"),
         (RuntimeCheck::Reads { .. }, said) => {
             info!(note = said.as_deref().unwrap_or_default(), "containerd reads the hosts directory")

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use crate::escape::safe;
 use crate::node::files::{self, Owner, Report};
-use crate::node::runtime::{self, RuntimeCheck};
+use crate::node::runtime::{self, Release, RuntimeCheck};
 use crate::node::{NodePlan, RuntimeFinding};
 
 /// What the agent needs of a node's container runtime.
@@ -37,16 +37,19 @@ struct ContainerdConfig {
     file: PathBuf,
     /// The hosts directory as the node sees it: what the config's `config_path` must name.
     hosts_on_node: String,
+    /// The node's containerd release, which decides how it reads `config_path`; `None` when unknown.
+    release: Option<Release>,
 }
 
 impl Containerd {
     /// The files of `owner` under `hosts_dir` (`hosts_on_node` as the node sees it), checked against containerd's
-    /// `config_file` when both are given; `Err` when `hosts_dir` is no directory.
+    /// `config_file` when both are given, as containerd `release` reads it; `Err` when `hosts_dir` is no directory.
     pub fn new(
         hosts_dir: PathBuf,
         owner: Owner,
         hosts_on_node: Option<&str>,
         config_file: Option<PathBuf>,
+        release: Option<Release>,
     ) -> Result<Self, String> {
         if !hosts_dir.is_dir() {
             return Err(format!(
@@ -54,9 +57,11 @@ impl Containerd {
                 safe(&hosts_dir.display().to_string())
             ));
         }
-        let config = config_file
-            .zip(hosts_on_node)
-            .map(|(file, hosts_on_node)| ContainerdConfig { file, hosts_on_node: hosts_on_node.to_string() });
+        let config = config_file.zip(hosts_on_node).map(|(file, hosts_on_node)| ContainerdConfig {
+            file,
+            hosts_on_node: hosts_on_node.to_string(),
+            release,
+        });
         Ok(Self { hosts_dir, owner, config })
     }
 }
@@ -73,7 +78,7 @@ impl NodeRuntime for Containerd {
             return RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
         };
         let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
-        let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node);
+        let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node, config.release);
         let said = runtime::describe(&check, &config.file.display().to_string(), &config.hosts_on_node);
         RuntimeFinding { check, said }
     }

@@ -143,6 +143,7 @@ impl Verdict {
 pub fn found(plan: &NodePlan, report: &files::Report, runtime: &RuntimeFinding) -> (Runtime, Vec<Address>) {
     let config_path = match &runtime.check {
         RuntimeCheck::Reads { config_path } | RuntimeCheck::Elsewhere { config_path } => config_path.clone(),
+        RuntimeCheck::ListIgnored { config_path, .. } => Some(config_path.clone()),
         RuntimeCheck::Unchecked | RuntimeCheck::Unknown(_) => None,
     };
     let runtime_state =
