@@ -15,9 +15,10 @@ demo: tools
 CLUSTER_TESTS := --test smoke --test publisher --test tenancy --test addresses --test failures --test operations \
 	--test outage --test chart --test pull_secrets --test cli
 KUBE_WINDOW := 1.25 1.37
-# The node agent's real-node tests (name filters), run again on other containerd releases than the main pin (2.4):
-# `make test` on the window's oldest end, `make test-containerd-window` on every release of it.
-NODE_AGENT_TESTS := node_agent edit_cannot_redirect admins_mirror pull_keeps_working doctor_reads_each_nodes
+# The node agent's real-node tests (name filters over real_node and containerd_config), run again on other containerd
+# releases than the main pin (2.4): `make test` on the window's oldest end, `make test-containerd-window` on each.
+NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
+	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path_list
 CONTAINERD_ENDS := 1.7
 CONTAINERD_WINDOW := 1.7 2.2 2.3
 test: tools image
@@ -28,7 +29,7 @@ test: tools image
 	done
 	@for release in $(CONTAINERD_ENDS); do \
 	  echo "[test] the node agent's real-node tests on containerd $$release"; \
-	  LRP_CONTAINERD=$$release $(CARGO) test --test real_node -- --test-threads=8 $(NODE_AGENT_TESTS) || exit 1; \
+	  LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
 ## test-containerd-window: the node agent's real-node tests on every containerd release of the window besides the
@@ -37,8 +38,7 @@ test-containerd-window: image
 	LRP_CONTAINERD_WINDOW=all hack/tools.sh >/dev/null
 	@for release in $(CONTAINERD_WINDOW); do \
 	  echo "[test] the node agent's real-node tests on containerd $$release"; \
-	  LRP_CONTAINERD_WINDOW=all LRP_CONTAINERD=$$release $(CARGO) test --test real_node -- --test-threads=8 \
-	    $(NODE_AGENT_TESTS) || exit 1; \
+	  LRP_CONTAINERD_WINDOW=all LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
 ## install: the CLI into $(PREFIX)/bin (default ~/.local/bin), with the kubectl plugin name beside it

@@ -145,21 +145,7 @@ async fn logs(client: &Client, ns: &str, pod: &str) -> String {
 /// and portmap program their rules a moment after the registry is Ready). `docker_config` is a directory holding
 /// the `config.json` crane takes credentials from.
 fn push(from_node: bool, layout: &Path, reference: &str, docker_config: Option<&Path>) {
-    let crane = plane().tools().join("crane");
-    let mut last = String::new();
-    for _ in 0..60 {
-        let mut command = if from_node { node().command(&crane) } else { Command::new(&crane) };
-        if let Some(dir) = docker_config {
-            command.env("DOCKER_CONFIG", dir);
-        }
-        let output = command.arg("push").arg(layout).arg(reference).arg("--insecure").output().expect("run crane");
-        if output.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&output.stderr).into_owned();
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    panic!("pushing {reference} failed: {last}");
+    support::agent::push(plane(), from_node.then(node), layout, reference, docker_config);
 }
 
 fn registry_pod_spec(port: i32, host_port: Option<i32>) -> serde_json::Value {
@@ -575,16 +561,7 @@ async fn wait_waiting(client: &Client, ns: &str, pod: &str, needle: &str) -> Str
 /// An image of a test's own (the pause program with a label of its own): the kubelet reports a container's image by
 /// any name its digest has, so tests that run side by side and pushed one image would read each other's names.
 fn own_image(name: &str) -> PathBuf {
-    let dir = plane().dir().join("images");
-    let spec = testbed::image::ImageSpec {
-        name: format!("testbed.local/{name}:1"),
-        files: vec![("/pause".into(), dir.join("pause.bin"))],
-        entrypoint: vec!["/pause".into()],
-        user: Some("65535:65535".into()),
-        labels: [("testbed.local/image".to_string(), name.to_string())].into(),
-        ..Default::default()
-    };
-    spec.write(&dir, name).expect("write the image").layout
+    support::agent::own_image(plane(), name)
 }
 
 fn app_pod(name: &str, image: &str) -> serde_json::Value {

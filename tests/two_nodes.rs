@@ -6,20 +6,14 @@
 mod support;
 
 use std::path::Path;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
 use testbed::{ControlPlane, RealNode};
 
-use support::{apply_in, cluster_ip, ok, root, wait_until};
-
-/// Pod starts and agent passes take a moment on a shared 2-core machine; tests never assert on speed.
-const SOON: Duration = Duration::from_secs(90);
-const REGISTRY_LABEL: &str = "testbed.local/isolated-registry";
-const AGENT_PODS: &str = "app.kubernetes.io/component=node-agent";
+use support::agent::{AGENT_PODS, hosts_toml, values, wait_file};
+use support::{cluster_ip, ok};
 
 fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_two_real_nodes()
@@ -27,79 +21,6 @@ fn plane() -> &'static ControlPlane {
 
 fn tool(name: &str, args: &[&str]) -> std::process::Output {
     support::tool(plane(), name, args)
-}
-
-fn helm(verb: &str, release: &str, ns: &str, values: &[String]) {
-    let chart = root().join("charts/local-registry-publisher").display().to_string();
-    let mut args = vec![verb, release, &chart, "-n", ns, "--wait", "--timeout", "180s"];
-    args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
-    ok(tool("helm", &args));
-}
-
-/// A release publishing its own ConfigMap `hosting` in `ns` for the registry labelled for `ns`, with the node agent
-/// on: the same hosts directory and containerd config path on every node, as a cluster's nodes have them.
-fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
-    let mut values = vec![
-        format!("configMap.namespace={ns}"),
-        "configMap.name=hosting".into(),
-        format!("registry.watchNamespaces={{{ns}}}"),
-        format!("registry.selector={REGISTRY_LABEL}={ns}"),
-        "registry.builtin=false".into(),
-        "nodeAgent.enabled=true".into(),
-        format!("nodeAgent.configPath={}", node.hosts_dir_on_node()),
-        format!("nodeAgent.containerdConfig={}", node.containerd_config_on_node()),
-        "nodeAgent.resync=2s".into(),
-    ];
-    values.extend(extra.iter().map(|v| v.to_string()));
-    values
-}
-
-/// A plain-HTTP registry (crane's) on the first node behind a ClusterIP Service labelled for `ns`'s release.
-async fn registry(client: &Client, ns: &str, first: &RealNode) {
-    let crane = testbed::node::crane_image(plane().tools(), &plane().dir().join("images")).expect("crane image");
-    first.import(&crane).expect("import the crane image");
-    let spec = json!({
-        "nodeSelector": {"kubernetes.io/hostname": first.name()},
-        "containers": [{"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
-            "args": ["registry", "serve", "--address", ":5000"],
-            "ports": [{"containerPort": 5000}],
-            "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}}]
-    });
-    apply_in(
-        client,
-        ns,
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": spec}}}),
-    )
-    .await;
-    apply_in(
-        client,
-        ns,
-        json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {REGISTRY_LABEL: ns}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}}),
-    )
-    .await;
-}
-
-fn hosts_toml(node: &RealNode, address: &str) -> Option<String> {
-    std::fs::read_to_string(node.hosts_dir().join(address).join("hosts.toml")).ok()
-}
-
-async fn wait_file(node: &RealNode, address: &str, present: bool, what: &str) {
-    let done = wait_until(SOON, || async { (hosts_toml(node, address).is_some() == present).then_some(()) }).await;
-    assert!(done.is_some(), "{what}: {}'s {address}/hosts.toml is still {:?}", node.name(), hosts_toml(node, address));
-}
-
-fn doctor(ns: &str) -> String {
-    let output = support::doctor(plane(), &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
-    let found = wait_until(SOON, || async { Some(doctor(ns)).filter(|r| check(r)) }).await;
-    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", doctor(ns)))
 }
 
 /// The agent pods by node: (node, pod uid, restarts).
@@ -131,10 +52,10 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     let first = plane.real_node().expect("the first real node");
     first.import(&support::controller_image()).expect("import the controller image");
     let ns = plane.namespace(&client, "twonodes").await.expect("namespace");
-    registry(&client, &ns, first).await;
+    support::agent::registry(plane, &client, &ns, first).await;
     let selector = "nodeAgent.nodeSelector.testbed\\.local/agents=on";
     label(first, "testbed.local/agents=on");
-    helm("install", "twonodes", &ns, &values(&ns, first, &[selector]));
+    support::agent::helm(plane, "install", "twonodes", &ns, &values(&ns, first, &[selector]));
     let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     wait_file(first, &address, true, "the first node, agent on").await;
     let before = agents(&client, &ns).await;
@@ -148,7 +69,7 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     let after = agents(&client, &ns).await;
     assert!(after.contains(&before[0]), "the first node's agent was replaced or restarted: {before:?} -> {after:?}");
     assert_eq!(after.len(), 2, "{after:?}");
-    let report = wait_doctor(&ns, |r| {
+    let report = support::agent::wait_doctor(plane, &ns, |r| {
         r.contains(&format!("node {}: configured by", first.name()))
             && r.contains(&format!("node {}: configured by", second.name()))
     })
@@ -162,14 +83,14 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     assert!(hosts_toml(first, &address).is_some(), "the other node's file went too");
     let uncovered =
         format!("node {}: not covered by the node agent: its nodeSelector testbed.local/agents=on", second.name());
-    let report = wait_doctor(&ns, |r| r.contains(&uncovered)).await;
+    let report = support::agent::wait_doctor(plane, &ns, |r| r.contains(&uncovered)).await;
     assert!(report.contains(&format!("node {}: configured by", first.name())), "{report}");
     assert!(!report.rsplit("== Summary").next().unwrap_or_default().contains("Node pulls"), "{report}");
 
     // Back under the selector, it is configured again; uninstalled, neither node keeps anything of ours.
     label(second, "testbed.local/agents=on");
     wait_file(second, &address, true, "the node back under the selector").await;
-    ok(tool("helm", &["uninstall", "twonodes", "-n", &ns, "--wait", "--timeout", "180s"]));
+    support::agent::helm_uninstall(plane, "twonodes", &ns);
     for node in [first, second] {
         wait_file(node, &address, false, "after uninstall").await;
         let leftover = std::fs::read_dir(node.hosts_dir()).map(|d| d.count()).unwrap_or(0);

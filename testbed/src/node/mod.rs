@@ -311,6 +311,23 @@ pub(crate) fn write_configs(
 }
 
 impl ControlPlane {
+    /// Rewrites the first real node's containerd config with `edit` and restarts containerd (its containers keep
+    /// running), as an admin does after changing it; returns once containerd answers again.
+    pub async fn reconfigure_containerd(&self, edit: impl FnOnce(&str) -> String) -> Result<(), Error> {
+        let node = self.real_node().ok_or_else(|| Error::NodeUnsupported("no real node was started".into()))?;
+        let config = node.dir.join("containerd.toml");
+        let edited = edit(&std::fs::read_to_string(&config)?);
+        self.stop_component("containerd")?;
+        std::fs::write(&config, edited)?;
+        self.start_component("containerd")?;
+        let (ctr, socket) = (node.containerd_bin.join("ctr"), node.dir.join("containerd.sock"));
+        self.wait_for("containerd to answer again", || {
+            let answers = answers(&ctr, &socket);
+            async move { answers }
+        })
+        .await
+    }
+
     /// Starts the real node's daemons and waits until the node is Ready.
     pub(crate) async fn start_real_node(
         &self,
@@ -346,12 +363,7 @@ impl ControlPlane {
         let ctr = containerd_bin.join("ctr");
         let socket = dir.join("containerd.sock");
         self.wait_for("containerd to answer", || {
-            let answers = Command::new(&ctr)
-                .arg("--address")
-                .arg(&socket)
-                .arg("version")
-                .output()
-                .is_ok_and(|o| o.status.success());
+            let answers = answers(&ctr, &socket);
             async move { answers }
         })
         .await?;
@@ -375,6 +387,11 @@ impl ControlPlane {
         );
         Ok(node)
     }
+}
+
+/// Whether containerd answers on `socket`.
+fn answers(ctr: &Path, socket: &Path) -> bool {
+    Command::new(ctr).arg("--address").arg(socket).arg("version").output().is_ok_and(|o| o.status.success())
 }
 
 fn checked(what: &str, output: Output) -> Result<Output, Error> {

@@ -1,0 +1,137 @@
+//! What the node agent's tests on their own control planes share (tests/two_nodes.rs, tests/containerd_config.rs):
+//! a release with the agent on, a plain-HTTP registry on a given node, the node's files and doctor's report.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kube::Client;
+use serde_json::json;
+use testbed::{ControlPlane, RealNode};
+
+use super::{apply_in, ok, root, wait_until};
+
+/// Pod starts and agent passes take a moment on a shared 2-core machine; tests never assert on speed.
+pub const SOON: Duration = Duration::from_secs(90);
+pub const REGISTRY_LABEL: &str = "testbed.local/isolated-registry";
+pub const AGENT_PODS: &str = "app.kubernetes.io/component=node-agent";
+
+pub fn helm(plane: &ControlPlane, verb: &str, release: &str, ns: &str, values: &[String]) {
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut args = vec![verb, release, &chart, "-n", ns, "--wait", "--timeout", "180s"];
+    args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
+    ok(super::tool(plane, "helm", &args));
+}
+
+pub fn helm_uninstall(plane: &ControlPlane, release: &str, ns: &str) {
+    ok(super::tool(plane, "helm", &["uninstall", release, "-n", ns, "--wait", "--timeout", "180s"]));
+}
+
+/// A release publishing its own ConfigMap `hosting` in `ns` for the registry labelled for `ns`, with the node agent
+/// on: the same hosts directory and containerd config path on every node, as a cluster's nodes have them.
+pub fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
+    let mut values = vec![
+        format!("configMap.namespace={ns}"),
+        "configMap.name=hosting".into(),
+        format!("registry.watchNamespaces={{{ns}}}"),
+        format!("registry.selector={REGISTRY_LABEL}={ns}"),
+        "registry.builtin=false".into(),
+        "nodeAgent.enabled=true".into(),
+        format!("nodeAgent.configPath={}", node.hosts_dir_on_node()),
+        format!("nodeAgent.containerdConfig={}", node.containerd_config_on_node()),
+        "nodeAgent.resync=2s".into(),
+    ];
+    values.extend(extra.iter().map(|v| v.to_string()));
+    values
+}
+
+/// A plain-HTTP registry (crane's) on `node` behind a ClusterIP Service `registry` labelled for `ns`'s release.
+pub async fn registry(plane: &ControlPlane, client: &Client, ns: &str, node: &RealNode) {
+    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
+    node.import(&crane).expect("import the crane image");
+    let spec = json!({
+        "nodeSelector": {"kubernetes.io/hostname": node.name()},
+        "containers": [{"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+            "args": ["registry", "serve", "--address", ":5000"],
+            "ports": [{"containerPort": 5000}],
+            "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}}]
+    });
+    apply_in(
+        client,
+        ns,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": spec}}}),
+    )
+    .await;
+    apply_in(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {REGISTRY_LABEL: ns}},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}}),
+    )
+    .await;
+}
+
+pub fn hosts_toml(node: &RealNode, address: &str) -> Option<String> {
+    std::fs::read_to_string(node.hosts_dir().join(address).join("hosts.toml")).ok()
+}
+
+/// Waits until `node`'s file for `address` is there (`present`) or gone.
+pub async fn wait_file(node: &RealNode, address: &str, present: bool, what: &str) {
+    let done = wait_until(SOON, || async { (hosts_toml(node, address).is_some() == present).then_some(()) }).await;
+    assert!(done.is_some(), "{what}: {}'s {address}/hosts.toml is still {:?}", node.name(), hosts_toml(node, address));
+}
+
+/// `doctor`'s report on the release in `ns` (its own ConfigMap).
+pub fn doctor(plane: &ControlPlane, ns: &str) -> String {
+    let output = super::doctor(plane, &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `doctor` on the release in `ns`, run until its report satisfies `check`.
+pub async fn wait_doctor(plane: &ControlPlane, ns: &str, check: impl Fn(&str) -> bool) -> String {
+    let found = wait_until(SOON, || async { Some(doctor(plane, ns)).filter(|r| check(r)) }).await;
+    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", doctor(plane, ns)))
+}
+
+/// A small image of this test's own (pause as its entrypoint), written as an OCI layout to push.
+pub fn own_image(plane: &ControlPlane, name: &str) -> PathBuf {
+    let dir = plane.dir().join("images");
+    let spec = testbed::image::ImageSpec {
+        name: format!("testbed.local/{name}:1"),
+        files: vec![("/pause".into(), dir.join("pause.bin"))],
+        entrypoint: vec!["/pause".into()],
+        user: Some("65535:65535".into()),
+        labels: [("testbed.local/image".to_string(), name.to_string())].into(),
+        ..Default::default()
+    };
+    spec.write(&dir, name).expect("write the image").layout
+}
+
+/// Pushes `layout` to `reference` with crane, from `node`'s network (where ClusterIPs route) or the machine's,
+/// retrying while the registry comes up.
+pub fn push(
+    plane: &ControlPlane,
+    node: Option<&RealNode>,
+    layout: &Path,
+    reference: &str,
+    docker_config: Option<&Path>,
+) {
+    let crane = plane.tools().join("crane");
+    let mut last = String::new();
+    for _ in 0..60 {
+        let mut command = node.map_or_else(|| Command::new(&crane), |node| node.command(&crane));
+        if let Some(dir) = docker_config {
+            command.env("DOCKER_CONFIG", dir);
+        }
+        let output = command.arg("push").arg(layout).arg(reference).arg("--insecure").output().expect("run crane");
+        if output.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&output.stderr).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("pushing {reference} failed: {last}");
+}
