@@ -1,12 +1,19 @@
-//! What differs between containerd releases, proven on a real node running each (`LRP_CONTAINERD`): a registry
-//! `config_path` that is a list naming the agent's directory. containerd 1.7 and 2.0 split it and read the agent's
-//! files; 2.1 and later pull through the transfer service, which takes the list as one directory name
-//! (containerd#12808), so a pull of the registry's ClusterIP goes to HTTPS and fails, and the agent says why. Its own
-//! control plane: it restarts the node's containerd with that config, which the other real-node tests do not expect.
+//! What differs between containerd releases in how they read `config_path`, proven on a real node running each
+//! (`LRP_CONTAINERD`), with the agent judging it as the node's release does:
+//! - a list naming the agent's directory: 1.7 and 2.0 split it and read the agent's files; 2.1 and later pull
+//!   through the transfer service, which takes the list as one directory name (containerd#12808);
+//! - none set, with kind's `discard_unpacked_layers` (which forces the local pull): 2.2 and later read
+//!   `/etc/containerd/certs.d` by default; 1.7 reads no hosts directory.
+//!
+//! A pull of the registry's ClusterIP that misses the agent's file goes to HTTPS and fails. Its own control plane:
+//! the tests restart the node's containerd with their config, one at a time, which other real-node tests do not
+//! expect.
 
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
+use std::sync::OnceLock;
+
 use kube::Client;
 use kube::api::Api;
 use serde_json::json;
@@ -19,38 +26,58 @@ fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_real_node()
 }
 
+/// One test at a time owns the node's containerd config.
+static NODE_CONFIG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Restarts the node's containerd with `edit` of the config the testbed wrote.
+async fn containerd_with(edit: impl FnOnce(&str) -> String) {
+    static PRISTINE: OnceLock<String> = OnceLock::new();
+    let plane = plane();
+    plane
+        .reconfigure_containerd(|current| edit(PRISTINE.get_or_init(|| current.to_string())))
+        .await
+        .expect("containerd restarted with the test's config");
+}
+
 async fn phase(client: &Client, ns: &str, pod: &str) -> String {
     let pod = Api::<Pod>::namespaced(client.clone(), ns).get_opt(pod).await.ok().flatten();
     pod.and_then(|p| p.status?.phase).unwrap_or_default()
 }
 
-/// Why the pod's container waits (the kubelet's words for a failed pull), once it names one of `needles`.
-async fn waiting_for(client: &Client, ns: &str, pod: &str, needles: &[&str]) -> String {
+/// Pushes an image to the registry at `address` and starts a pod of it: `Ok` once it runs, `Err` with the kubelet's
+/// words once its pull was refused because containerd went to HTTPS (it missed the agent's file).
+async fn pull(client: &Client, ns: &str, address: &str) -> Result<(), String> {
+    let plane = plane();
+    let node = plane.real_node().expect("the real node");
+    let image = format!("{address}/{ns}/app:1");
+    push(plane, Some(node), &own_image(plane, ns), &image, None);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pull"},
+        "spec": {"containers": [{"name": "app", "image": image}]}});
+    apply_in(client, ns, pod).await;
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let found = wait_until(SOON, || async {
-        let pod = pods.get_opt(pod).await.ok()??;
+    let outcome = wait_until(SOON, || async {
+        if phase(client, ns, "pull").await == "Running" {
+            return Some(Ok(()));
+        }
+        let pod = pods.get_opt("pull").await.ok()??;
         let statuses = pod.status?.container_statuses?;
         let message = statuses.first()?.state.as_ref()?.waiting.as_ref()?.message.clone()?;
-        needles.iter().any(|n| message.contains(n)).then_some(message)
+        message.contains("server gave HTTP response to HTTPS client").then_some(Err(message))
     })
     .await;
-    found.unwrap_or_else(|| panic!("pod {pod} never waited with any of {needles:?}"))
+    outcome.unwrap_or_else(|| panic!("the pod in {ns} neither ran nor was refused"))
 }
 
 #[tokio::test]
 async fn a_config_path_list_naming_the_agents_directory_is_read_by_1_7_and_taken_as_one_name_from_2_1() {
+    let _config = NODE_CONFIG.lock().await;
     let plane = plane();
     let node = plane.real_node().expect("the real node");
     let client = plane.client().await.expect("admin client");
     // The list an admin might write to keep Docker's directory too: the agent's is its second entry.
     let ours = node.hosts_dir_on_node();
-    let list = format!("/etc/docker/certs.d:{ours}");
-    plane
-        .reconfigure_containerd(|config| {
-            config.replace(&format!("config_path = \"{ours}\""), &format!("config_path = \"{list}\""))
-        })
-        .await
-        .expect("containerd restarted with a config_path list");
+    let line = format!("config_path = \"{ours}\"");
+    containerd_with(|config| config.replace(&line, &format!("config_path = \"/etc/docker/certs.d:{ours}\""))).await;
     node.import(&support::controller_image()).expect("import the controller image");
     let ns = plane.namespace(&client, "cfglist").await.expect("namespace");
     support::agent::registry(plane, &client, &ns, node).await;
@@ -58,28 +85,64 @@ async fn a_config_path_list_naming_the_agents_directory_is_read_by_1_7_and_taken
     let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     wait_file(node, &address, true, "agent on").await;
 
-    // Read, our file sends the pull to the registry over HTTP and the pod runs; unread, containerd tries HTTPS and
-    // the plain-HTTP registry's answer fails it.
-    let image = format!("{address}/cfglist/app:1");
-    push(plane, Some(node), &own_image(plane, "cfglist"), &image, None);
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pull"},
-        "spec": {"containers": [{"name": "app", "image": image}]}});
-    apply_in(&client, &ns, pod).await;
-    let https = "server gave HTTP response to HTTPS client";
     let release = node.containerd_release().minor.clone();
+    let pulled = pull(&client, &ns, &address).await;
     if release.starts_with("1.") {
-        let running = wait_until(SOON, || async { (phase(&client, &ns, "pull").await == "Running").then_some(()) });
-        assert!(running.await.is_some(), "containerd {release} splits the list and pulls through our file");
+        assert_eq!(pulled, Ok(()), "containerd {release} splits the list and pulls through the agent's file");
         let report = wait_doctor(plane, &ns, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
         assert!(!report.contains("one directory name"), "{report}");
     } else {
-        let said = waiting_for(&client, &ns, "pull", &[https]).await;
-        assert!(said.contains(https), "containerd {release} takes the list as one name and reads nothing: {said}");
+        assert!(pulled.is_err(), "containerd {release} takes the list as one name and reads nothing");
         let report = wait_doctor(plane, &ns, |r| r.contains("ConfigPathMismatch: ")).await;
         let told = format!("a list that containerd {release} takes as one directory name");
         assert!(report.contains(&told) && report.contains("containerd#12808"), "{report}");
     }
     support::agent::helm_uninstall(plane, "cfglist", &ns);
     wait_file(node, &address, false, "after uninstall").await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+#[tokio::test]
+async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_and_no_directory_on_1_7() {
+    let _config = NODE_CONFIG.lock().await;
+    let plane = plane();
+    let node = plane.real_node().expect("the real node");
+    let client = plane.client().await.expect("admin client");
+    let release = node.containerd_release().clone();
+    // kind's shape: no config_path, and discard_unpacked_layers, which makes 2.1 and later pull locally.
+    let line = format!("config_path = \"{}\"", node.hosts_dir_on_node());
+    let local_pull = if release.config_version() == 2 {
+        "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  discard_unpacked_layers = true\n"
+    } else {
+        "\n[plugins.'io.containerd.cri.v1.images']\n  discard_unpacked_layers = true\n"
+    };
+    containerd_with(|config| format!("{}{local_pull}", config.replace(&line, ""))).await;
+    node.import(&support::controller_image()).expect("import the controller image");
+    let ns = plane.namespace(&client, "cfgunset").await.expect("namespace");
+    support::agent::registry(plane, &client, &ns, node).await;
+    // The node's own /etc (an overlay of the machine's), as on a kind node.
+    let default = "/etc/containerd/certs.d";
+    let mut values = values(&ns, node, &[]);
+    values.retain(|v| !v.starts_with("nodeAgent.configPath="));
+    values.push(format!("nodeAgent.configPath={default}"));
+    support::agent::helm(plane, "install", "cfgunset", &ns, &values);
+    let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
+    let file = node.path_on_node(&format!("{default}/{address}/hosts.toml"));
+    let written = wait_until(SOON, || async { file.exists().then_some(()) }).await;
+    assert!(written.is_some(), "the agent wrote nothing into the node's {default}");
+
+    let pulled = pull(&client, &ns, &address).await;
+    if release.minor.starts_with("1.") {
+        assert!(pulled.is_err(), "containerd {} reads no hosts directory when none is set", release.minor);
+        let report = wait_doctor(plane, &ns, |r| r.contains("ConfigPathMismatch: ")).await;
+        assert!(report.contains("sets no registry config_path, so it never reads /etc/containerd/certs.d"), "{report}");
+    } else {
+        assert_eq!(pulled, Ok(()), "containerd {} reads its default directory", release.minor);
+        let report = wait_doctor(plane, &ns, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
+        assert!(!report.contains("ConfigPathMismatch"), "{report}");
+    }
+    support::agent::helm_uninstall(plane, "cfgunset", &ns);
+    let removed = wait_until(SOON, || async { (!file.exists()).then_some(()) }).await;
+    assert!(removed.is_some(), "the node's {default}/{address} outlived the release");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

@@ -3,8 +3,9 @@
 //! by `hack/tools.sh`.
 //!
 //! The daemons run in the node's own network namespace (a veth to the machine; see [`host`]) and share one
-//! private mount namespace whose /run, /var/lib and /var/log are fresh tmpfs mounts, held open by a `sleep` that is
-//! the first component started. So the node writes nothing outside the testbed's directory and that namespace,
+//! private mount namespace whose /run, /var/lib and /var/log are fresh tmpfs mounts and whose /etc is an overlay
+//! of the machine's (what the node writes there, `/etc/containerd/certs.d` for one, stays the node's), held open by
+//! a `sleep` that is the first component started. So the node writes nothing outside the testbed's directory and that namespace,
 //! and everything it mounted vanishes when its last process exits.
 
 mod config;
@@ -193,6 +194,12 @@ impl RealNode {
         self.dir.join(config::HOSTS_DIR)
     }
 
+    /// `path` (absolute) as the node's daemons see it, read from the machine: the node's /etc is its own.
+    pub fn path_on_node(&self, path: &str) -> PathBuf {
+        let holder = std::fs::read_to_string(self.dir.join("holder.pid")).unwrap_or_default();
+        PathBuf::from(format!("/proc/{}/root{path}", holder.trim()))
+    }
+
     /// [`Self::hosts_dir`] as the node's daemons and pods see it, and as containerd's `config_path` names it: the
     /// same path on every node (`nodeAgent.configPath`).
     pub fn hosts_dir_on_node(&self) -> String {
@@ -231,7 +238,10 @@ pub(crate) fn recipes(
     let holder = format!(
         "{join_cgroup}exec unshare --mount --propagation private -- sh -c \
          'mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /var/log \
-         && mkdir -p {mount} && mount --bind {own} {mount} && echo $$ >{pid} && exec sleep infinity'",
+         && mkdir -p {mount} && mount --bind {own} {mount} \
+         && mkdir -p /run/testbed-etc/upper /run/testbed-etc/work \
+         && mount -t overlay overlay -o lowerdir=/etc,upperdir=/run/testbed-etc/upper,workdir=/run/testbed-etc/work /etc \
+         && echo $$ >{pid} && exec sleep infinity'",
         mount = config::NODE_MOUNT,
         own = dir.join(slot.dir_name()).display(),
         pid = node("holder.pid"),
