@@ -260,15 +260,19 @@ fn the_plan_reads_back_as_written() {
     assert_eq!(NodePlan::from_json(&written.to_json()).expect("reads back"), written);
 }
 
+/// The agent's Pod, which its notices regard.
+fn agent_pod() -> ObjectReference {
+    ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() }
+}
+
+/// A planned address the node reaches at the registry's ClusterIP.
+fn entry(address: &str) -> HostEntry {
+    HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
+}
+
 #[test]
 fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_not_write() {
-    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
-    let entry = |address: &str| HostEntry {
-        address: address.into(),
-        endpoint: "http://10.96.0.12:5000".into(),
-        ca: None,
-        server: None,
-    };
+    let regarding = agent_pod();
     let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")], ..NodePlan::default() };
     let report = files::Report {
         foreign: vec!["b:5000".into()],
@@ -321,13 +325,7 @@ fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothin
 
 #[test]
 fn a_foreign_file_is_still_reported_while_containerd_reads_another_directory() {
-    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
-    let entry = |address: &str| HostEntry {
-        address: address.into(),
-        endpoint: "http://10.96.0.12:5000".into(),
-        ca: None,
-        server: None,
-    };
+    let regarding = agent_pod();
     let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000")], ..NodePlan::default() };
     let report = files::Report {
         written: vec!["a:5000".into()],

@@ -40,8 +40,42 @@ impl Paths<'_> {
 /// settings all under `io.containerd.grpc.v1.cri`) for 1.7. /run, /var/lib and /var/log are private tmpfs mounts
 /// for the node (see `super`), so containerd's default root and state, and libcni's cache, vanish with it.
 pub(crate) fn containerd(paths: &Paths, release: &super::ContainerdRelease) -> String {
+    let socket = paths.node("containerd.sock");
+    let tools = paths.tools.display();
+    let cni = paths.node("cni");
+    let runc = paths.tools.join("runc");
+    let runc = runc.display();
+    let hosts = Paths::on_node(HOSTS_DIR);
     if release.config_version() == 2 {
-        return containerd_v2(paths);
+        // As containerd 1.7 reads it (kind v0.26 and older, older k3s and MicroK8s releases ship such files).
+        return format!(
+            r#"version = 2
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
+
+[grpc]
+  address = "{socket}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "{tools}"
+  conf_dir = "{cni}"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+  SystemdCgroup = false
+
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "{hosts}"
+"#
+        );
     }
     format!(
         r#"version = 3
@@ -75,50 +109,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-"#,
-        socket = paths.node("containerd.sock"),
-        tools = paths.tools.display(),
-        cni = paths.node("cni"),
-        runc = paths.tools.join("runc").display(),
-        hosts = Paths::on_node(HOSTS_DIR),
-    )
-}
-
-/// The same settings in config version 2, as containerd 1.7 reads them (kind before v0.27, k3s 1.31 and older,
-/// MicroK8s before 1.33 ship such files).
-fn containerd_v2(paths: &Paths) -> String {
-    format!(
-        r#"version = 2
-disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
-
-[grpc]
-  address = "{socket}"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "{tools}"
-  conf_dir = "{cni}"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  BinaryName = "{runc}"
-  SystemdCgroup = false
-
-[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = "{hosts}"
-"#,
-        socket = paths.node("containerd.sock"),
-        tools = paths.tools.display(),
-        cni = paths.node("cni"),
-        runc = paths.tools.join("runc").display(),
-        hosts = Paths::on_node(HOSTS_DIR),
+"#
     )
 }
 
