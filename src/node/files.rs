@@ -61,12 +61,6 @@ pub struct Report {
     pub failed: Vec<(String, String)>,
 }
 
-impl Report {
-    pub fn changed(&self) -> bool {
-        !self.written.is_empty() || !self.removed.is_empty()
-    }
-}
-
 /// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
 /// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
 /// `ca.crt` beside it. A mirror's names its upstream as the `server`, which containerd tries when the mirror

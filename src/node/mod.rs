@@ -286,7 +286,8 @@ fn served_on_node_loopback(address: &str, node_port: Option<i32>) -> bool {
 
 fn split_port(address: &str) -> Result<(&str, Option<i32>), std::num::ParseIntError> {
     match address.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') => Ok((host, Some(port.parse()?))),
+        // `[::1]` alone splits inside the brackets, and its "port" does not parse: no port.
+        Some((host, port)) => Ok((host, Some(port.parse()?))),
         _ => Ok((address, None)),
     }
 }

@@ -239,3 +239,27 @@ fn a_mirrors_file_tries_the_mirror_first_with_a_short_dial_timeout_then_falls_ba
     assert_eq!(report.failed.len(), 1, "{report:?}");
     assert!(std::fs::read_to_string(dir.join("docker.io/hosts.toml")).expect("kept").contains("registry-1.docker.io"));
 }
+
+#[test]
+fn a_link_to_a_directory_holding_our_file_is_someone_elses_and_never_written_through() {
+    let dir = hosts_dir();
+    let elsewhere = hosts_dir();
+    let address = "10.96.0.12:5000";
+    // Our own file, then the directory swapped for a link to a copy of it somewhere else.
+    sync(&elsewhere, &plan(&[entry(address, "http://10.96.0.12:5000")]), &owner()).expect("synced");
+    std::os::unix::fs::symlink(elsewhere.join(address), dir.join(address)).expect("a link");
+    let moved = plan(&[entry(address, "http://10.96.0.99:5000")]);
+    let report = sync(&dir, &moved, &owner()).expect("synced");
+    assert_eq!(report.foreign, [address]);
+    let kept = std::fs::read_to_string(elsewhere.join(address).join(FILE)).expect("the link's target");
+    assert!(kept.contains("10.96.0.12:5000") && !kept.contains("10.96.0.99"), "written through the link: {kept}");
+}
+
+#[test]
+fn a_path_that_cannot_be_read_is_someone_elses_not_absent() {
+    let dir = hosts_dir();
+    std::fs::write(dir.join("file"), "not a directory").expect("a file");
+    // Not "not found" (a file where a directory would be): nothing is written there.
+    assert!(matches!(ownership(&dir.join("file").join("x"), &owner()), Ownership::Foreign));
+    assert!(matches!(ownership(&dir.join("absent"), &owner()), Ownership::Absent));
+}
