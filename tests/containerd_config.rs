@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 
 use kube::Client;
 use kube::api::Api;
+use local_registry_publisher::node::state::{NodePullState, Verdict};
 use serde_json::json;
 use testbed::ControlPlane;
 
@@ -144,5 +145,85 @@ async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_an
     support::agent::helm_uninstall(plane, "cfgunset", &ns);
     let removed = wait_until(SOON, || async { (!file.exists()).then_some(()) }).await;
     assert!(removed.is_some(), "the node's {default}/{address} outlived the release");
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+async fn running(client: &Client, ns: &str, pod: &str) -> bool {
+    wait_until(SOON, || async { (phase(client, ns, pod).await == "Running").then_some(()) }).await.is_some()
+}
+
+/// A registry on the node's own IPv6 loopback (a host-network pod serving `[::1]:5555`), holding `image`.
+async fn ipv6_loopback_registry(client: &Client, ns: &str, image: &str) {
+    let plane = plane();
+    let node = plane.real_node().expect("the real node");
+    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
+    node.import(&crane).expect("import the crane image");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ipv6-registry"},
+        "spec": {"hostNetwork": true, "nodeSelector": {"kubernetes.io/hostname": node.name()},
+            "containers": [{"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "args": ["registry", "serve", "--address", "[::1]:5555"]}]}});
+    apply_in(client, ns, pod).await;
+    push(plane, Some(node), &own_image(plane, ns), &format!("[::1]:5555/{image}"), None);
+}
+
+#[tokio::test]
+async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_readable_nor_written() {
+    let plane = plane();
+    let node = plane.real_node().expect("the real node");
+    let client = plane.client().await.expect("admin client");
+    let release = node.containerd_release().minor.clone();
+    node.import(&support::controller_image()).expect("import the controller image");
+    let ns = plane.namespace(&client, "cfgipv6").await.expect("namespace");
+    ipv6_loopback_registry(&client, &ns, "ipv6/app:1").await;
+
+    // containerd itself: a hosts.toml whose host is an IPv6 literal, written by hand for a name nothing resolves.
+    let by_hand = node.hosts_dir().join("by-hand.ipv6.test");
+    std::fs::create_dir_all(&by_hand).expect("a hosts directory");
+    std::fs::write(
+        by_hand.join("hosts.toml"),
+        "[host.\"http://[::1]:5555\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+    )
+    .expect("a hosts.toml");
+    let pod = |name: &str, image: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node.name()},
+                "containers": [{"name": "app", "image": image}]}})
+    };
+    apply_in(&client, &ns, pod("by-hand", "by-hand.ipv6.test/ipv6/app:1")).await;
+    // The agent: the admin's mirror of a name nothing resolves, at the same IPv6 endpoint.
+    support::agent::registry(plane, &client, &ns, node).await;
+    let mirror =
+        ["nodeAgent.mirrors[0].upstream=mirrored.ipv6.test", "nodeAgent.mirrors[0].endpoint=http://[::1]:5555"];
+    support::agent::helm(plane, "install", "cfgipv6", &ns, &values(&ns, node, &mirror));
+    let states = Api::<NodePullState>::namespaced(client.clone(), &ns);
+    let verdict = wait_until(SOON, || async {
+        let state = states.get_opt(node.name()).await.ok()??;
+        let address = state.status.addresses.into_iter().find(|a| a.address == "mirrored.ipv6.test")?;
+        Some((address.verdict, address.message))
+    })
+    .await
+    .expect("the agent's verdict on the mirror");
+    apply_in(&client, &ns, pod("mirrored", "mirrored.ipv6.test/ipv6/app:1")).await;
+
+    if release.starts_with("1.") {
+        // 1.7 drops the file it cannot parse and resolves the name itself, which fails.
+        let failed = wait_until(SOON, || async {
+            let pod = Api::<Pod>::namespaced(client.clone(), &ns).get_opt("by-hand").await.ok()??;
+            let status = pod.status?.container_statuses?.into_iter().next()?;
+            status.state?.waiting?.message.filter(|m| m.contains("by-hand.ipv6.test"))
+        })
+        .await;
+        assert!(failed.is_some(), "containerd {release} pulled through an IPv6 host entry");
+        assert_eq!(verdict.0, Verdict::Failed, "{verdict:?}");
+        assert!(verdict.1.is_some_and(|why| why.contains("cannot read a hosts.toml whose host is an IPv6 address")));
+        assert!(!node.hosts_dir().join("mirrored.ipv6.test").exists(), "a file 1.7 cannot read was written");
+    } else {
+        assert!(running(&client, &ns, "by-hand").await, "containerd {release} pulls through an IPv6 host entry");
+        assert_eq!(verdict.0, Verdict::Configured, "{verdict:?}");
+        let through_mirror = running(&client, &ns, "mirrored").await;
+        assert!(through_mirror, "containerd {release} pulls through the agent's IPv6 mirror entry");
+    }
+    std::fs::remove_dir_all(&by_hand).expect("remove the hand-written directory");
+    support::agent::helm_uninstall(plane, "cfgipv6", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

@@ -28,6 +28,8 @@ pub struct Containerd {
     hosts_dir: PathBuf,
     owner: Owner,
     config: Option<ContainerdConfig>,
+    /// The node's containerd release, which decides what it can read; `None` when unknown.
+    release: Option<Release>,
 }
 
 /// Where the agent finds containerd's config, and what it must name.
@@ -37,8 +39,6 @@ struct ContainerdConfig {
     file: PathBuf,
     /// The hosts directory as the node sees it: what the config's `config_path` must name.
     hosts_on_node: String,
-    /// The node's containerd release, which decides how it reads `config_path`; `None` when unknown.
-    release: Option<Release>,
 }
 
 impl Containerd {
@@ -57,18 +57,20 @@ impl Containerd {
                 safe(&hosts_dir.display().to_string())
             ));
         }
-        let config = config_file.zip(hosts_on_node).map(|(file, hosts_on_node)| ContainerdConfig {
-            file,
-            hosts_on_node: hosts_on_node.to_string(),
-            release,
-        });
-        Ok(Self { hosts_dir, owner, config })
+        let config = config_file
+            .zip(hosts_on_node)
+            .map(|(file, hosts_on_node)| ContainerdConfig { file, hosts_on_node: hosts_on_node.to_string() });
+        Ok(Self { hosts_dir, owner, config, release })
     }
 }
 
 impl NodeRuntime for Containerd {
+    /// What this release cannot read is not written, and told as failed.
     fn apply(&self, plan: &NodePlan) -> io::Result<Report> {
-        files::sync(&self.hosts_dir, plan, &self.owner)
+        let (readable, unreadable) = runtime::readable(plan, self.release);
+        let mut report = files::sync(&self.hosts_dir, &readable, &self.owner)?;
+        report.failed.extend(unreadable);
+        Ok(report)
     }
 
     /// containerd reads its config at its start, so a fixed config shows here before containerd has restarted; the
@@ -78,7 +80,7 @@ impl NodeRuntime for Containerd {
             return RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
         };
         let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
-        let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node, config.release);
+        let check = runtime::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node, self.release);
         let said = runtime::describe(&check, &config.file.display().to_string(), &config.hosts_on_node);
         RuntimeFinding { check, said }
     }

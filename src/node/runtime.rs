@@ -38,6 +38,31 @@ impl Release {
     }
 }
 
+/// The entries of `plan` that containerd `release` can read, and for each other its address and why not: before
+/// 2.0 a `[host]` (or `server`) URL holding an IPv6 literal fails to parse (containerd#10055) and the whole file is
+/// dropped, so such an entry is not written on those nodes but told. An unknown release gets every entry.
+pub fn readable(
+    plan: &crate::node::NodePlan,
+    release: Option<Release>,
+) -> (crate::node::NodePlan, Vec<(String, String)>) {
+    let Some(release) = release.filter(|r| !r.at_least(2, 0)) else {
+        return (plan.clone(), Vec::new());
+    };
+    let ipv6 = |url: &str| url.split_once("://").is_some_and(|(_, rest)| rest.starts_with('['));
+    let (hosts, unreadable): (Vec<_>, Vec<_>) = plan
+        .hosts
+        .iter()
+        .cloned()
+        .partition(|entry| !ipv6(&entry.endpoint) && !entry.server.as_deref().is_some_and(ipv6));
+    let why = format!(
+        "containerd {}.{} cannot read a hosts.toml whose host is an IPv6 address (2.0 and later can: \
+         containerd#10055), so none is written",
+        release.major, release.minor
+    );
+    let told = unreadable.into_iter().map(|entry| (entry.address, why.clone())).collect();
+    (crate::node::NodePlan { hosts, ..plan.clone() }, told)
+}
+
 /// The CRI image settings that make containerd 2.1 and later pull locally instead of through the transfer service
 /// (containerd `internal/cri/config` `CheckLocalImagePullConfigs`), in a version 3 config's images table or a
 /// version 2 config's CRI table.
@@ -294,6 +319,33 @@ mod tests {
         assert!(said.contains("sets no registry config_path, whose default is /etc/containerd/certs.d:"), "{said}");
         let kind = "version = 3\n[plugins.'io.containerd.cri.v1.images']\ndiscard_unpacked_layers = true\n";
         assert_eq!(check(Ok(kind), OURS, r22), RuntimeCheck::Reads { config_path: None });
+    }
+
+    #[test]
+    fn an_ipv6_host_is_not_written_for_containerd_before_2_0_and_is_told() {
+        use crate::node::{HostEntry, NodePlan};
+        let entry = |address: &str, endpoint: &str, server: Option<&str>| HostEntry {
+            address: address.into(),
+            endpoint: endpoint.into(),
+            ca: None,
+            server: server.map(String::from),
+        };
+        let plan = NodePlan::of(vec![
+            entry("[fd00::12]:5000", "http://[fd00::12]:5000", None),
+            entry("10.96.0.12:5000", "http://10.96.0.12:5000", None),
+            entry("docker.io", "http://[::1]:5555", Some("https://registry-1.docker.io")),
+            entry("quay.io", "http://10.96.0.13:5000", Some("https://[fd00::9]")),
+        ]);
+        let (kept, told) = readable(&plan, Some(Release { major: 1, minor: 7 }));
+        let kept: Vec<&str> = kept.hosts.iter().map(|e| e.address.as_str()).collect();
+        assert_eq!(kept, ["10.96.0.12:5000"]);
+        let told_for: Vec<&str> = told.iter().map(|(address, _)| address.as_str()).collect();
+        assert_eq!(told_for, ["[fd00::12]:5000", "docker.io", "quay.io"]);
+        assert!(told[0].1.starts_with("containerd 1.7 cannot read a hosts.toml whose host is an IPv6 address"));
+        for release in [Some(Release { major: 2, minor: 0 }), None] {
+            let (all, none) = readable(&plan, release);
+            assert_eq!((all, none.len()), (plan.clone(), 0));
+        }
     }
 
     #[test]
