@@ -20,7 +20,7 @@ KUBE_WINDOW := 1.25 1.37
 NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
 	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry
 CONTAINERD_ENDS := 1.7
-CONTAINERD_WINDOW := 1.7 2.2 2.3
+CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: tools image
 	$(CARGO) test --workspace -- --test-threads=8
 	@for minor in $(KUBE_WINDOW); do \
@@ -32,8 +32,8 @@ test: tools image
 	  LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
-## test-containerd-window: the node agent's real-node tests on every containerd release of the window besides the
-## main pin (1.7, 2.2, 2.3: what kind, k3s, minikube and MicroK8s ship), building the two that `make test` does not
+## test-containerd-window: the node agent's real-node tests on every containerd release of the window (1.7, 2.2, 2.3
+## and the main pin 2.4: what kind, k3s, minikube and MicroK8s ship), building the two that `make test` does not
 test-containerd-window: image
 	LRP_CONTAINERD_WINDOW=all hack/tools.sh >/dev/null
 	@for release in $(CONTAINERD_WINDOW); do \
