@@ -84,8 +84,20 @@ fn command_output(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Waits until no other real node is being torn down: a test binary that ran just before this one ends its nodes
+/// from its watchdog after it exits, restoring the sysctls it recorded, which would overwrite this test's.
+fn no_other_real_node() {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let others = || command_output("ip", &["netns", "list"]).lines().any(|l| l.starts_with("testbed-"));
+    while others() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!others(), "another real node still runs: {}", command_output("ip", &["netns", "list"]));
+}
+
 #[test]
 fn a_killed_testbed_with_a_real_node_leaves_no_process_container_namespace_cgroup_mount_or_sysctl() {
+    no_other_real_node();
     let machine = RestoreSysctls(KUBELET_SYSCTLS.iter().map(|(name, _, _)| (*name, sysctl(name))).collect());
     for (name, kubelets, ours) in KUBELET_SYSCTLS {
         match ours {
