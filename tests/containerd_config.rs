@@ -27,7 +27,7 @@ fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_real_node()
 }
 
-/// One test at a time owns the node's containerd config.
+/// One test at a time owns the node's containerd config (and its restarts).
 static NODE_CONFIG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Restarts the node's containerd with `edit` of the config the testbed wrote.
@@ -168,6 +168,9 @@ async fn ipv6_loopback_registry(client: &Client, ns: &str, image: &str) {
 
 #[tokio::test]
 async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_readable_nor_written() {
+    // The node's own config, which reads the agent's directory (another test may have left its own).
+    let _config = NODE_CONFIG.lock().await;
+    containerd_with(str::to_string).await;
     let plane = plane();
     let node = plane.real_node().expect("the real node");
     let client = plane.client().await.expect("admin client");
