@@ -3,6 +3,7 @@
 # commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
 #
 #   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, one after another)
+#   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
 #
 # Each part takes 15 to 50 minutes on 2 cores (docs/development.md); the full report of a run stays in
 # target/mutants/<part>/mutants.out.
@@ -81,7 +82,8 @@ main() {
     local status=0
     mkdir -p "target/mutants/$part"
     "$mutants" mutants -p local-registry-publisher "${args[@]}" --exclude '*/fixtures.rs' --exclude '*/tests.rs' \
-      --cargo-arg=--lib --cargo-arg=--test=grammar --output "target/mutants/$part" || status=$?
+      --jobs "${MUTANTS_JOBS:-1}" --cargo-arg=--lib --cargo-arg=--test=grammar --output "target/mutants/$part" \
+      || status=$?
     case $status in 0 | 2 | 3) ;; *) echo "[mutants] $part: cargo-mutants failed ($status)" >&2; exit "$status" ;; esac
     summarise "$part" "target/mutants/$part" "$commit" "$started"
   done

@@ -148,10 +148,7 @@ fn ownership(path: &Path, owner: &Owner) -> Ownership {
 }
 
 fn write(path: &Path, files: &Files, owner: &Owner) -> io::Result<()> {
-    match std::fs::create_dir(path) {
-        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
-        _ => {}
-    }
+    unless(io::ErrorKind::AlreadyExists, std::fs::create_dir(path))?;
     let ca = path.join(CA_FILE);
     if let Some(text) = &files.ca {
         if ca.exists() && read_ours(&ca, owner).is_none() {
@@ -176,10 +173,8 @@ fn remove_ours(path: &Path, owner: &Owner) -> io::Result<()> {
     if read_ours(path, owner).is_none() {
         return Ok(());
     }
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-        _ => Ok(()),
-    }
+    // Gone since it was read: what removing it wanted.
+    unless(io::ErrorKind::NotFound, std::fs::remove_file(path))
 }
 
 /// Replaces `dir/name` whole: written beside it, then renamed over it.
@@ -193,10 +188,14 @@ fn replace(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 fn remove(path: &Path, owner: &Owner) -> io::Result<()> {
     std::fs::remove_file(path.join(FILE))?;
     remove_ours(&path.join(CA_FILE), owner)?;
-    match std::fs::remove_dir(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(()),
-        Err(error) => Err(error),
+    unless(io::ErrorKind::DirectoryNotEmpty, std::fs::remove_dir(path))
+}
+
+/// `result`, with an error of this kind taken for success: the state it leaves is the one wanted.
+fn unless(kind: io::ErrorKind, result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(error) if error.kind() == kind => Ok(()),
+        other => other,
     }
 }
 

@@ -263,3 +263,15 @@ fn a_path_that_cannot_be_read_is_someone_elses_not_absent() {
     assert!(matches!(ownership(&dir.join("file").join("x"), &owner()), Ownership::Foreign));
     assert!(matches!(ownership(&dir.join("absent"), &owner()), Ownership::Absent));
 }
+
+#[test]
+fn only_the_error_that_leaves_the_wanted_state_is_taken_for_success() {
+    let error = |kind| Err::<(), _>(io::Error::from(kind));
+    // A directory that is already there, a file already gone, a directory someone else still uses.
+    assert!(unless(io::ErrorKind::AlreadyExists, error(io::ErrorKind::AlreadyExists)).is_ok());
+    assert!(unless(io::ErrorKind::NotFound, error(io::ErrorKind::NotFound)).is_ok());
+    // Anything else (a read-only file system, a full disk) is told, never swallowed.
+    let told = unless(io::ErrorKind::NotFound, error(io::ErrorKind::ReadOnlyFilesystem)).expect_err("told");
+    assert_eq!(told.kind(), io::ErrorKind::ReadOnlyFilesystem);
+    assert!(unless(io::ErrorKind::NotFound, Ok(())).is_ok());
+}
