@@ -44,6 +44,9 @@ node_teardown_one() {
   if [ -f "$d/sysctls" ]; then
     while read -r path value; do echo "$value" >"$path" 2>/dev/null; done <"$d/sysctls"
   fi
+  # The pair goes with the namespace only once the kernel frees it, a moment after its last process: deleted here
+  # first, so the next node to claim the namespace's number finds its link name free.
+  [ -n "$NETNS" ] && ip link delete "tb${NETNS#testbed-}-host" 2>/dev/null
   [ -n "$NETNS" ] && ip netns delete "$NETNS" 2>/dev/null
   rm -f "$d/cleanup.env"
 }
@@ -104,6 +107,11 @@ impl HostNetwork {
         for n in 1..=250u8 {
             let netns = format!("testbed-{n}");
             if !Command::new("ip").args(["netns", "add", &netns]).output()?.status.success() {
+                continue;
+            }
+            // A node whose namespace was just deleted may still hold its link for a moment: not free yet.
+            if Command::new("ip").args(["link", "show", &format!("tb{n}-host")]).output()?.status.success() {
+                run("ip", &["netns", "delete", &netns])?;
                 continue;
             }
             let network = Self {
