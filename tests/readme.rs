@@ -155,7 +155,13 @@ async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &P
 }
 
 /// Step 1's stand-in: the image `docker build` would make, loaded into the node; and crane's, for registries.
+/// Once for every part of the walk.
 fn load_images() -> Image {
+    static CRANE: std::sync::OnceLock<Image> = std::sync::OnceLock::new();
+    CRANE.get_or_init(import_images).clone()
+}
+
+fn import_images() -> Image {
     let node = plane().real_node().expect("a real node");
     let controller = Image {
         name: "docker.io/library/local-registry-publisher".into(),
@@ -174,7 +180,7 @@ fn load_images() -> Image {
     crane
 }
 
-/// A registry pod behind a NodePort Service `name` in `ns`, at port 5000 and `node_port`.
+/// A registry pod behind a NodePort Service `name` in a new namespace `ns`, at port 5000 and `node_port`.
 /// The registry Service `ns/name` at `node_port`; with `cluster_ip`, at that ClusterIP (the Quick start's example
 /// address, pinned as its nodePort is), else at one the API server assigns.
 async fn nodeport_registry(
@@ -200,12 +206,6 @@ async fn nodeport_registry(
         service["spec"]["clusterIP"] = json!(ip);
     }
     apply_in(client, ns, service).await;
-}
-
-/// The row's published values, its `<its ClusterIP>` being the ClusterIP of Service `ns/name`.
-async fn promised_for(client: &kube::Client, row: &[String], ns: &str, name: &str) -> Vec<String> {
-    let ip = support::cluster_ip(client, ns, name).await;
-    promised(row).iter().map(|line| line.replace("<its ClusterIP>", &ip)).collect()
 }
 
 /// A ConfigMap as the cluster's own script or addon writes it, which the row's takeOver replaces.
@@ -239,119 +239,178 @@ fn uninstall(home: &Path) {
     println!("helm uninstall took {:.1} s", started.elapsed().as_secs_f64());
 }
 
-#[tokio::test]
-async fn the_quick_start_and_the_per_cluster_rows_work_as_written() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    let home = plane.dir().join("readme-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let readme = readme();
-    let mut steps = 0;
+/// One walk at a time: every part of the README installs the same release and publishes the same ConfigMap.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-    // Quick start. Step 1: the image is on the node. The user's registry: Service registry/registry.
-    let crane = load_images();
-    steps += 1;
-    nodeport_registry(&client, &crane, "registry", "registry", 30500, Some(QUICK_START_CLUSTER_IP)).await;
-    let quick = section(&readme, "Quick start");
-    let sh = blocks(&quick, "sh");
-    assert_eq!(sh.len(), 6, "the Quick start's shell blocks changed: {sh:#?}");
-    let (release, install, allow, label, install_cli, verify) = (&sh[0], &sh[1], &sh[2], &sh[3], &sh[4], &sh[5]);
-    assert!(release.starts_with("helm install ") && release.contains("oci://ghcr.io/<owner>/"), "{release}");
-    assert!(install.starts_with("helm install "), "{install}");
+/// What every part of the walk starts from: a cluster with the images loaded (step 1's stand-in) and nothing left
+/// by another part (a failed one may have left its release, registry or addon objects), and a user's home.
+struct Walk {
+    client: kube::Client,
+    home: std::path::PathBuf,
+    readme: String,
+    crane: Image,
+    _alone: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Walk {
+    async fn start() -> Self {
+        let alone = ONE_AT_A_TIME.lock().await;
+        let plane = plane();
+        let client = plane.client().await.expect("admin client");
+        let home = plane.dir().join("readme-home");
+        std::fs::create_dir_all(&home).unwrap();
+        let crane = load_images();
+        let node = plane.real_node().expect("a real node").name().to_string();
+        let leftovers = format!(
+            "helm uninstall {RELEASE} -n {RELEASE} --wait --timeout 180s 2>/dev/null || true\n\
+             kubectl delete namespace registry container-registry --ignore-not-found --wait\n\
+             kubectl delete -n kube-system service/registry daemonset/registry-proxy --ignore-not-found --wait\n\
+             kubectl delete -n kube-public configmap/local-registry-hosting --ignore-not-found\n\
+             kubectl label node {node} microk8s.io/cluster- >/dev/null 2>&1 || true\n"
+        );
+        as_written("clearing what another part left", &leftovers, &home);
+        Self { client, home, readme: readme(), crane, _alone: alone }
+    }
+
+    fn quick_start(&self) -> Vec<String> {
+        let sh = blocks(&section(&self.readme, "Quick start"), "sh");
+        assert_eq!(sh.len(), 6, "the Quick start's shell blocks changed: {sh:#?}");
+        sh
+    }
+
+    /// The Quick start's checkout install, which each row's command extends.
+    fn checkout_install(&self) -> String {
+        let install = self.quick_start()[1].clone();
+        assert!(install.starts_with("helm install "), "{install}");
+        install
+    }
+
+    /// The user's registry (Service registry/registry, NodePort 30500 at the Quick start's example ClusterIP), then
+    /// steps 2 to 4 as written.
+    async fn quick_start_registry_and_steps_2_to_4(&self) {
+        let sh = self.quick_start();
+        nodeport_registry(&self.client, &self.crane, "registry", "registry", 30500, Some(QUICK_START_CLUSTER_IP)).await;
+        for (what, script) in [("step 2", &sh[2]), ("step 3", &sh[3]), ("step 4", &sh[4])] {
+            as_written(what, script, &self.home);
+        }
+        let cli = self.home.join(".local/bin/local-registry-publisher");
+        assert!(cli.exists(), "make install put the CLI in ~/.local/bin");
+    }
+
+    /// Step 5 as written, until it prints the Quick start's example output.
+    async fn step_5(&self, what: &str) {
+        let quick = section(&self.readme, "Quick start");
+        let example = blocks(&quick, "yaml")[0].clone();
+        let expected: Vec<String> = example.lines().map(str::to_string).collect();
+        let printed = until_it_prints(what, &self.quick_start()[5], &expected, &self.home).await;
+        assert!(printed.starts_with(example.trim_end()), "{printed}");
+    }
+
+    /// A per-cluster row: its install command as written, then its promised document, `expected` once placeholders
+    /// are filled in (or as the row writes it).
+    async fn row(&self, cluster: &str, expected: impl FnOnce(&[String]) -> Vec<String>) -> Vec<String> {
+        let row = row(&section(&self.readme, "Per cluster"), cluster);
+        as_written(
+            &format!("the {cluster} row's install"),
+            &install_command(&row, &self.checkout_install()),
+            &self.home,
+        );
+        let wanted = expected(&row);
+        until_it_prints(&format!("the {cluster} row's document"), PUBLISHED, &wanted, &self.home).await;
+        uninstall(&self.home);
+        row
+    }
+}
+
+#[tokio::test]
+async fn the_quick_start_installs_a_release_from_its_registry_and_prints_what_it_says() {
+    let walk = Walk::start().await;
+    walk.quick_start_registry_and_steps_2_to_4().await;
     // Step 1 from a release: what the release workflow pushes to ghcr.io, pushed to the cluster's registry instead.
+    let release = &walk.quick_start()[0];
+    assert!(release.starts_with("helm install ") && release.contains("oci://ghcr.io/<owner>/"), "{release}");
     let on_node = publish_release("localhost:30500");
     let from_registry = release.replace("ghcr.io/<owner>", "localhost:30500").trim_end().to_string() + " --plain-http";
-    as_written_on_node("step 1 from a release", &from_registry, &home);
-    steps += 1;
-    for (what, script) in [("step 2", allow), ("step 3", label), ("step 4", install_cli)] {
-        as_written(what, script, &home);
-        steps += 1;
-    }
-    assert!(home.join(".local/bin/local-registry-publisher").exists(), "make install put the CLI in ~/.local/bin");
-    let expected: Vec<String> = blocks(&quick, "yaml")[0].lines().map(str::to_string).collect();
-    let printed = until_it_prints("step 5", verify, &expected, &home).await;
-    assert!(printed.starts_with(&blocks(&quick, "yaml")[0].trim_end().to_string()), "{printed}");
-    steps += 1;
+    as_written_on_node("step 1 from a release", &from_registry, &walk.home);
+    walk.step_5("step 5 after a release install").await;
     let image = ok(support::tool(
-        plane,
+        plane(),
         "kubectl",
         &["get", "deploy", "-n", RELEASE, RELEASE, "-o", "jsonpath={.spec.template.spec.containers[0].image}"],
     ));
     assert_eq!(image, format!("{on_node}:{}", env!("CARGO_PKG_VERSION")), "the release's chart names its image");
-    uninstall(&home);
-    // Step 1 from the checkout, with the image loaded.
-    as_written("step 1 from the checkout", install, &home);
-    until_it_prints("step 5 after a checkout install", verify, &expected, &home).await;
-    steps += 1;
-    uninstall(&home);
-    // Each row is a cluster of its own: the Quick start's registry is not in it.
-    as_written("cleanup", "kubectl delete service -n registry registry", &home);
+    uninstall(&walk.home);
+}
 
-    let per_cluster = section(&readme, "Per cluster");
+#[tokio::test]
+async fn the_quick_start_installs_from_the_checkout_and_prints_what_it_says() {
+    let walk = Walk::start().await;
+    walk.quick_start_registry_and_steps_2_to_4().await;
+    as_written("step 1 from the checkout", &walk.checkout_install(), &walk.home);
+    walk.step_5("step 5 after a checkout install").await;
+    uninstall(&walk.home);
+}
 
-    // kind with its local-registry script: the script's ConfigMap and registry container are there; the user
-    // installs with the row's flags and applies the ExternalName Service the README gives.
+#[tokio::test]
+async fn the_kind_row_takes_over_kinds_scripted_configmap_as_written() {
+    // kind's local-registry script wrote its ConfigMap and runs its registry container; the row's flags do the rest.
+    let walk = Walk::start().await;
     scripted_configmap(
-        &client,
+        &walk.client,
         "host: \"localhost:5001\"\nhelp: \"https://kind.sigs.k8s.io/docs/user/local-registry/\"\n",
     )
     .await;
-    let kind = row(&per_cluster, "kind with its local-registry script");
-    as_written("the kind row's install", &install_command(&kind, install), &home);
-    until_it_prints("the kind row's document", PUBLISHED, &promised(&kind), &home).await;
-    steps += 2;
-    uninstall(&home);
+    walk.row("kind with its local-registry script", promised).await;
+}
 
-    // MicroK8s with its registry addon: a NodePort Service container-registry/registry at 32000, the addon's own
-    // ConfigMap, and MicroK8s's label on the node.
-    // k3d: the same Service with the values its comments give for k3d, as a user edits it.
+#[tokio::test]
+async fn the_k3d_row_takes_over_k3ds_configmap_as_written() {
+    // k3d: its ConfigMap with the values its comments give for k3d, as a user edits it.
+    let walk = Walk::start().await;
     scripted_configmap(
-        &client,
+        &walk.client,
         "host: \"k3d-registry.localhost:5111\"\nhostFromContainerRuntime: \"k3d-registry:5000\"\n",
     )
     .await;
-    let k3d = row(&per_cluster, "k3d");
-    as_written("the k3d row's install", &install_command(&k3d, install), &home);
-    until_it_prints("the k3d row's document", PUBLISHED, &promised(&k3d), &home).await;
-    steps += 2;
-    uninstall(&home);
+    walk.row("k3d", promised).await;
+}
 
-    // minikube with its registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's
-    // hostPort 5000; the row's `<minikube ip>` is the node's address.
+#[tokio::test]
+async fn the_minikube_row_publishes_the_registry_addon_as_written() {
+    // minikube's registry addon: Service kube-system/registry behind the registry-proxy DaemonSet's hostPort 5000;
+    // the row's `<minikube ip>` is the node's address.
+    let walk = Walk::start().await;
     let proxy = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "registry-proxy"},
         "spec": {"selector": {"matchLabels": {"registry-proxy": "true"}},
             "template": {"metadata": {"labels": {"registry-proxy": "true"}}, "spec": {"containers": [{
-                "name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "name": "registry", "image": walk.crane.name, "imagePullPolicy": "Never",
                 "args": ["registry", "serve", "--address", ":80"],
                 "ports": [{"name": "registry", "containerPort": 80, "hostPort": 5000}]}]}}}});
-    apply_in(&client, "kube-system", proxy).await;
+    apply_in(&walk.client, "kube-system", proxy).await;
     let addon = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "registry"},
         "spec": {"selector": {"registry-proxy": "true"}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]}});
-    apply_in(&client, "kube-system", addon).await;
-    let minikube = row(&per_cluster, "minikube");
-    as_written("the minikube row's install", &install_command(&minikube, install), &home);
-    let node_ip = plane.real_node().expect("a real node").network().node_ip.to_string();
-    let expected: Vec<String> = promised_for(&client, &minikube, "kube-system", "registry")
-        .await
-        .iter()
-        .map(|line| line.replace("<minikube ip>", &node_ip))
-        .collect();
-    until_it_prints("the minikube row's document", PUBLISHED, &expected, &home).await;
-    steps += 2;
-    uninstall(&home);
-    as_written("cleanup", "kubectl delete -n kube-system service/registry daemonset/registry-proxy", &home);
+    apply_in(&walk.client, "kube-system", addon).await;
+    let ip = support::cluster_ip(&walk.client, "kube-system", "registry").await;
+    let node_ip = plane().real_node().expect("a real node").network().node_ip.to_string();
+    let fill = |line: &String| line.replace("<its ClusterIP>", &ip).replace("<minikube ip>", &node_ip);
+    walk.row("minikube", |row| promised(row).iter().map(fill).collect()).await;
+    as_written("cleanup", "kubectl delete -n kube-system service/registry daemonset/registry-proxy", &walk.home);
+}
 
-    let node = plane.real_node().expect("a real node").name().to_string();
-    ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster=true"]));
-    nodeport_registry(&client, &crane, "container-registry", "registry", 32000, None).await;
-    scripted_configmap(&client, "host: \"localhost:32000\"\nhelp: \"https://microk8s.io/docs/registry-built-in\"\n")
-        .await;
-    let microk8s = row(&per_cluster, "MicroK8s");
-    as_written("the MicroK8s row's install", &install_command(&microk8s, install), &home);
-    let expected = promised_for(&client, &microk8s, "container-registry", "registry").await;
-    until_it_prints("the MicroK8s row's document", PUBLISHED, &expected, &home).await;
-    steps += 2;
-    uninstall(&home);
-    ok(support::tool(plane, "kubectl", &["label", "node", &node, "microk8s.io/cluster-"]));
-    println!("README steps run as written: {steps}");
+#[tokio::test]
+async fn the_microk8s_row_publishes_the_registry_addon_as_written() {
+    // MicroK8s's registry addon: a NodePort Service container-registry/registry at 32000, the addon's own
+    // ConfigMap, and MicroK8s's label on the node.
+    let walk = Walk::start().await;
+    let node = plane().real_node().expect("a real node").name().to_string();
+    ok(support::tool(plane(), "kubectl", &["label", "node", &node, "microk8s.io/cluster=true"]));
+    nodeport_registry(&walk.client, &walk.crane, "container-registry", "registry", 32000, None).await;
+    scripted_configmap(
+        &walk.client,
+        "host: \"localhost:32000\"\nhelp: \"https://microk8s.io/docs/registry-built-in\"\n",
+    )
+    .await;
+    let ip = support::cluster_ip(&walk.client, "container-registry", "registry").await;
+    walk.row("MicroK8s", |row| promised(row).iter().map(|line| line.replace("<its ClusterIP>", &ip)).collect()).await;
+    ok(support::tool(plane(), "kubectl", &["label", "node", &node, "microk8s.io/cluster-"]));
 }
