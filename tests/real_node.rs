@@ -24,6 +24,7 @@ use kube::runtime::watcher;
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use local_registry_publisher::node::files::{CA_FILE, HEADER};
 use serde_json::json;
+use support::agent::registry_service;
 use support::binary::status_field;
 use support::{apply_in, cluster_host, cluster_ip, ok, wait_until};
 use testbed::image::Image;
@@ -149,23 +150,12 @@ fn push(from_node: bool, layout: &Path, reference: &str, docker_config: Option<&
 }
 
 fn registry_pod_spec(port: i32, host_port: Option<i32>) -> serde_json::Value {
-    json!({
-        "containers": [{
-            "name": "registry",
-            "image": images().name,
-            "imagePullPolicy": "Never",
-            "args": ["registry", "serve", "--address", format!(":{port}")],
-            "ports": [{"name": "registry", "containerPort": port, "hostPort": host_port}],
-            "readinessProbe": {"httpGet": {"path": "/v2/", "port": port}, "periodSeconds": 1},
-        }]
-    })
+    support::agent::registry_pod_spec(&images().name, port, host_port)
 }
 
 /// A plain-HTTP registry Deployment `registry` (pods labelled `app=registry`) serving on port 5000.
 fn registry_deployment() -> serde_json::Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": registry_pod_spec(5000, None)}}})
+    support::agent::registry_deployment(&images().name, None)
 }
 
 /// [`registry_deployment`] behind a NodePort Service `registry` (port 5000) labelled for `ns`'s isolated release.
@@ -356,7 +346,7 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
 }
 
 /// The label that marks an isolated test's registry, which no other release selects.
-const ISOLATED_LABEL: &str = "testbed.local/isolated-registry";
+const ISOLATED_LABEL: &str = support::agent::REGISTRY_LABEL;
 
 /// Values for a release that publishes its own ConfigMap, `hosting`, in `ns`.
 fn own_configmap_values(ns: &str) -> Vec<String> {
@@ -569,35 +559,71 @@ fn app_pod(name: &str, image: &str) -> serde_json::Value {
         "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
 }
 
-#[tokio::test]
-async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_secret_through_rotation() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "pullauth").await.expect("namespace");
-    let app = plane.namespace(&client, "pullauth-app").await.expect("namespace");
-    let plain = plane.namespace(&client, "pullauth-plain").await.expect("namespace");
-    ok(tool("kubectl", &["label", "namespace", &app, "local-registry-publisher.io/pull-secret-wanted=true"]));
+/// A registry that accepts only the token in Secret `registry-credentials` (`first-token`), behind a NodePort
+/// Service whose annotation names that Secret; a release `release` with pull Secrets on, and a namespace labelled
+/// for them (`app`), whose distributed Secret the image `<host>/auth/pause:1` was pushed with. One at a time: every
+/// release with pull Secrets on writes its Secret into every labelled namespace, under the same name.
+struct AuthRegistry {
+    _alone: tokio::sync::MutexGuard<'static, ()>,
+    release: &'static str,
+    client: Client,
+    ns: String,
+    app: String,
+    host: String,
+    runtime: String,
+    cluster_host: String,
+    /// A directory holding the first token's `config.json`, for crane.
+    first: PathBuf,
+    layout: PathBuf,
+}
 
-    // The registry's owner: a token in a Secret, a registry that accepts only it, and a Service naming both.
-    let source = |token: &str| {
+impl AuthRegistry {
+    async fn start(release: &'static str) -> Self {
+        static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let alone = ONE_AT_A_TIME.lock().await;
+        let plane = plane();
+        let client = plane.client().await.expect("admin client");
+        images();
+        let ns = plane.namespace(&client, release).await.expect("namespace");
+        let app = plane.namespace(&client, &format!("{release}-app")).await.expect("namespace");
+        ok(tool("kubectl", &["label", "namespace", &app, "local-registry-publisher.io/pull-secret-wanted=true"]));
+        apply_in(&client, &ns, Self::source("first-token")).await;
+        let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+            "spec": {"selector": {"matchLabels": {"app": "registry"}},
+                "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [{
+                    "name": "registry", "image": images().name, "imagePullPolicy": "Never",
+                    "command": ["/authregistry", "--address", ":5000"],
+                    "env": [
+                        {"name": "REGISTRY_USERNAME", "value": "oauth2accesstoken"},
+                        {"name": "REGISTRY_PASSWORD",
+                            "valueFrom": {"secretKeyRef": {"name": "registry-credentials", "key": "token"}}}],
+                    "ports": [{"name": "registry", "containerPort": 5000}],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000}, "periodSeconds": 1}}]}}}});
+        apply_in(&client, &ns, registry).await;
+        apply_in(&client, &ns, Self::service(&ns, true)).await;
+        let pull_secrets = ["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()];
+        let values = isolated_release_values(&ns, &pull_secrets);
+        helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+        let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
+        let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
+            d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
+        })
+        .await;
+        let host = document.host.clone().expect("a host");
+        let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
+        let first = plane.dir().join(format!("{ns}-first"));
+        wait_pull_secret(&client, &app, "first-token", &first).await;
+        let layout = own_image(&format!("pull-{release}"));
+        push(true, &layout, &format!("{host}/auth/pause:1"), Some(&first));
+        Self { _alone: alone, release, client, ns, app, host, runtime, cluster_host, first, layout }
+    }
+
+    fn source(token: &str) -> serde_json::Value {
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-credentials"},
             "stringData": {"token": token}})
-    };
-    apply_in(&client, &ns, source("first-token")).await;
-    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [{
-                "name": "registry", "image": images().name, "imagePullPolicy": "Never",
-                "command": ["/authregistry", "--address", ":5000"],
-                "env": [
-                    {"name": "REGISTRY_USERNAME", "value": "oauth2accesstoken"},
-                    {"name": "REGISTRY_PASSWORD",
-                        "valueFrom": {"secretKeyRef": {"name": "registry-credentials", "key": "token"}}}],
-                "ports": [{"name": "registry", "containerPort": 5000}],
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000}, "periodSeconds": 1}}]}}}});
-    apply_in(&client, &ns, registry).await;
-    let service = |annotated: bool| {
+    }
+
+    fn service(ns: &str, annotated: bool) -> serde_json::Value {
         let annotations = if annotated {
             json!({"local-registry-publisher.io/pull-secret": "registry-credentials"})
         } else {
@@ -606,80 +632,94 @@ async fn a_registry_that_requires_a_token_is_pulled_from_with_the_distributed_se
         json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
             "spec": {"type": "NodePort", "selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
-    };
-    apply_in(&client, &ns, service(true)).await;
-    let pull_secrets = ["pullSecrets.enabled=true".into(), "pullSecrets.serviceAccounts={default}".into()];
-    let values = isolated_release_values(&ns, &pull_secrets);
-    helm_install("pullauth", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
-    let document = wait_published(&client, &ns, "hosting", "the registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
-    })
-    .await;
-    let host = document.host.clone().expect("a host");
-    let runtime = document.host_from_container_runtime.clone().unwrap_or_else(|| host.clone());
+    }
 
-    // The distributed Secret has an entry per published address, and is what tools push with.
-    let first = plane.dir().join(format!("{ns}-first"));
-    let config = wait_pull_secret(&client, &app, "first-token", &first).await;
+    fn accounts(&self) -> Api<k8s_openapi::api::core::v1::ServiceAccount> {
+        Api::namespaced(self.client.clone(), &self.app)
+    }
+
+    /// Whether the Secret is in `app` and its default ServiceAccount names it, once that is so.
+    async fn distributed(&self, wanted: bool) -> bool {
+        let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), &self.app);
+        let found = wait_until(SOON, || async {
+            let there = secrets.get_opt("local-registry-pull").await.ok()?.is_some();
+            let account = self.accounts().get("default").await.ok()?;
+            let listed = account.image_pull_secrets.unwrap_or_default().iter().any(|r| r.name == "local-registry-pull");
+            (there == wanted && listed == wanted).then_some(())
+        });
+        found.await.is_some()
+    }
+
+    async fn end(self) {
+        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        for ns in [&self.ns, &self.app] {
+            plane().delete_namespace(&self.client, ns).await.expect("delete namespace");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_distributed_pull_secret_lets_a_labelled_namespaces_pod_pull_from_a_token_registry_and_no_other() {
+    let auth = AuthRegistry::start("pullauth").await;
+    // An entry per published address (the image was pushed with it).
+    let config = wait_pull_secret(&auth.client, &auth.app, "first-token", &auth.first).await;
     let addresses: BTreeSet<&str> = config["auths"].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(addresses, BTreeSet::from([host.as_str(), runtime.as_str(), cluster_host.as_str()]));
-    let layout = own_image("pull-credentials");
-    push(true, &layout, &format!("{host}/auth/pause:1"), Some(&first));
+    assert_eq!(addresses, BTreeSet::from([auth.host.as_str(), auth.runtime.as_str(), auth.cluster_host.as_str()]));
+    // A namespace nobody labelled has no Secret: the registry refuses the node.
+    let plain = plane().namespace(&auth.client, "pullauth-plain").await.expect("namespace");
+    let image = format!("{}/auth/pause:1", auth.runtime);
+    apply_in(&auth.client, &plain, app_pod("app", &image)).await;
+    wait_waiting(&auth.client, &plain, "app", "no basic auth credentials").await;
+    // In the labelled one the default ServiceAccount names the Secret, so a plain pod pulls through the published
+    // runtime address.
+    assert!(auth.distributed(true).await, "the default ServiceAccount was not given the pull Secret");
+    apply_in(&auth.client, &auth.app, app_pod("app", &image)).await;
+    wait_phase(&auth.client, &auth.app, "app", &["Running"]).await;
+    plane().delete_namespace(&auth.client, &plain).await.expect("delete namespace");
+    auth.end().await;
+}
 
-    // Without the Secret the registry refuses the node: a namespace nobody labelled cannot pull.
-    let image = format!("{runtime}/auth/pause:1");
-    apply_in(&client, &plain, app_pod("app", &image)).await;
-    wait_waiting(&client, &plain, "app", "no basic auth credentials").await;
+#[tokio::test]
+async fn a_rotated_registry_token_reaches_the_pull_secret_and_the_next_pull_works_with_it_alone() {
+    let auth = AuthRegistry::start("pullrotate").await;
+    // A new token reaches the Secret; the registry restarts with it (and empty).
+    apply_in(&auth.client, &auth.ns, AuthRegistry::source("second-token")).await;
+    let second = plane().dir().join(format!("{}-second", auth.ns));
+    wait_pull_secret(&auth.client, &auth.app, "second-token", &second).await;
+    ok(tool("kubectl", &["rollout", "restart", "deployment/registry", "-n", &auth.ns]));
+    ok(tool("kubectl", &["rollout", "status", "deployment/registry", "-n", &auth.ns, "--timeout=90s"]));
+    push(true, &auth.layout, &format!("{}/auth/pause:2", auth.host), Some(&second));
+    assert!(auth.distributed(true).await, "the default ServiceAccount does not name the pull Secret");
+    apply_in(&auth.client, &auth.app, app_pod("rotated", &format!("{}/auth/pause:2", auth.runtime))).await;
+    wait_phase(&auth.client, &auth.app, "rotated", &["Running"]).await;
+    auth.end().await;
+}
 
-    // In the labelled namespace the default ServiceAccount names the Secret, so a plain pod pulls through the
-    // published runtime address.
-    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &app);
-    let patched = || async {
-        wait_until(SOON, || async {
-            let account = accounts.get("default").await.ok()?;
-            account.image_pull_secrets?.iter().any(|r| r.name == "local-registry-pull").then_some(())
-        })
-        .await
-    };
-    assert!(patched().await.is_some(), "the default ServiceAccount was not given the pull Secret");
-    apply_in(&client, &app, app_pod("app", &image)).await;
-    wait_phase(&client, &app, "app", &["Running"]).await;
+#[tokio::test]
+async fn the_pull_secret_and_its_service_account_entry_go_with_the_annotation_and_come_back_with_it() {
+    let auth = AuthRegistry::start("pullwithdraw").await;
+    assert!(auth.distributed(true).await, "the pull Secret was not distributed");
+    apply_in(&auth.client, &auth.ns, AuthRegistry::service(&auth.ns, false)).await;
+    assert!(auth.distributed(false).await, "the pull Secret or its ServiceAccount entry was left behind");
+    apply_in(&auth.client, &auth.ns, AuthRegistry::service(&auth.ns, true)).await;
+    wait_pull_secret(&auth.client, &auth.app, "first-token", &auth.first).await;
+    assert!(auth.distributed(true).await, "the pull Secret was not distributed again");
+    auth.end().await;
+}
 
-    // Rotation: a new token reaches the Secret; the registry restarts with it (and empty), and the next pull
-    // works with the rotated Secret alone.
-    apply_in(&client, &ns, source("second-token")).await;
-    let second = plane.dir().join(format!("{ns}-second"));
-    wait_pull_secret(&client, &app, "second-token", &second).await;
-    ok(tool("kubectl", &["rollout", "restart", "deployment/registry", "-n", &ns]));
-    ok(tool("kubectl", &["rollout", "status", "deployment/registry", "-n", &ns, "--timeout=90s"]));
-    push(true, &layout, &format!("{host}/auth/pause:2"), Some(&second));
-    apply_in(&client, &app, app_pod("rotated", &format!("{runtime}/auth/pause:2"))).await;
-    wait_phase(&client, &app, "rotated", &["Running"]).await;
-
-    // Removal: without the annotation the Secret and the ServiceAccount's entry go.
-    apply_in(&client, &ns, service(false)).await;
-    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &app);
-    let removed = wait_until(SOON, || async {
-        let gone = secrets.get_opt("local-registry-pull").await.ok()?.is_none();
-        let account = accounts.get("default").await.ok()?;
-        let listed = account.image_pull_secrets.unwrap_or_default().iter().any(|r| r.name == "local-registry-pull");
-        (gone && !listed).then_some(())
-    })
-    .await;
-    assert!(removed.is_some(), "the pull Secret or its ServiceAccount entry was left behind");
-
-    // Back, and then helm uninstall: its hook removes them as well.
-    apply_in(&client, &ns, service(true)).await;
-    wait_pull_secret(&client, &app, "second-token", &second).await;
-    assert!(patched().await.is_some(), "the default ServiceAccount was given the pull Secret again");
-    ok(tool("helm", &["uninstall", "pullauth", "-n", &ns, "--wait", "--timeout", "180s"]));
+#[tokio::test]
+async fn helm_uninstall_removes_the_distributed_pull_secret_and_its_service_account_entry() {
+    let auth = AuthRegistry::start("pulluninstall").await;
+    assert!(auth.distributed(true).await, "the pull Secret was not distributed");
+    ok(tool("helm", &["uninstall", auth.release, "-n", &auth.ns, "--wait", "--timeout", "180s"]));
+    // Its hook removes them before it returns.
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(auth.client.clone(), &auth.app);
     assert!(secrets.get_opt("local-registry-pull").await.expect("GET").is_none(), "uninstall removed the Secret");
-    let account = accounts.get("default").await.expect("GET account");
+    let account = auth.accounts().get("default").await.expect("GET account");
     let listed = account.image_pull_secrets.unwrap_or_default();
     assert!(listed.iter().all(|r| r.name != "local-registry-pull"), "uninstall removed our entry: {listed:?}");
-    for ns in [&ns, &app, &plain] {
-        plane.delete_namespace(&client, ns).await.expect("delete namespace");
+    for ns in [&auth.ns, &auth.app] {
+        plane().delete_namespace(&auth.client, ns).await.expect("delete namespace");
     }
 }
 
@@ -744,137 +784,205 @@ async fn wait_agent_metrics(client: &Client, ns: &str, check: impl Fn(&str) -> b
     wait_pod_metrics(client, ns, "node-agent", check).await
 }
 
+/// A release `release` in a fresh namespace (the node agent on if `agent`) publishing a plain-HTTP ClusterIP
+/// registry, by its cluster DNS name if `by_name` (the annotation Camel K and in-cluster builders use) or else by
+/// its ClusterIP, with an image of its own pushed by the ClusterIP as `<address>/<release>/app:1`.
+struct NodePull {
+    release: &'static str,
+    client: Client,
+    ns: String,
+    ip: String,
+}
+
+impl NodePull {
+    async fn start(release: &'static str, by_name: bool, agent: bool) -> Self {
+        let plane = plane();
+        let client = plane.client().await.expect("admin client");
+        images();
+        let ns = plane.namespace(&client, release).await.expect("namespace");
+        apply_in(&client, &ns, registry_deployment()).await;
+        let values = isolated_release_values(&ns, &if agent { agent_on() } else { Vec::new() });
+        helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut this = Self { release, client, ns, ip: String::new() };
+        this.publish(by_name).await;
+        this.ip = cluster_ip(&this.client, &this.ns, "registry").await;
+        push(true, &own_image(release), &this.image(&this.by_ip()), None);
+        this
+    }
+
+    /// (Re)writes the registry's Service to publish it by name or by ClusterIP, and waits until it is.
+    async fn publish(&self, by_name: bool) {
+        let annotations = if by_name {
+            json!({"local-registry-publisher.io/host-from-cluster-network": self.name()})
+        } else {
+            json!({})
+        };
+        apply_in(&self.client, &self.ns, registry_service(&self.ns, annotations)).await;
+        let ip = cluster_ip(&self.client, &self.ns, "registry").await;
+        let wanted = if by_name { self.name() } else { format!("{ip}:5000") };
+        wait_published(&self.client, &self.ns, "hosting", "the ClusterIP registry", |d| {
+            d.host_from_cluster_network.as_deref() == Some(wanted.as_str())
+        })
+        .await;
+    }
+
+    fn by_ip(&self) -> String {
+        format!("{}:5000", self.ip)
+    }
+
+    /// The registry's cluster DNS name and port.
+    fn name(&self) -> String {
+        format!("registry.{}.svc.cluster.local:5000", self.ns)
+    }
+
+    fn image(&self, address: &str) -> String {
+        format!("{address}/{}/app:1", self.release)
+    }
+
+    /// A pod of the pushed image named by `address`, once it is Running.
+    async fn runs(&self, pod: &str, address: &str) {
+        apply_in(&self.client, &self.ns, app_pod(pod, &self.image(address))).await;
+        wait_phase(&self.client, &self.ns, pod, &["Running"]).await;
+    }
+
+    fn upgrade(&self, extra: &[String]) {
+        helm_upgrade(self.release, &self.ns, &isolated_release_values(&self.ns, extra));
+    }
+
+    /// Uninstalls the release and deletes its namespace.
+    async fn end(self) {
+        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
+    }
+}
+
 #[tokio::test]
-async fn the_node_agent_makes_the_cluster_network_address_pullable_by_the_nodes_runtime_and_leaves_nothing() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "nodepull").await.expect("namespace");
-    let hosts_dir = node().hosts_dir();
-    // Someone else's file for another registry, there before the agent: byte-identical at the end.
-    let foreign_dir = hosts_dir.join(format!("mirror.{ns}.example:5000"));
-    std::fs::create_dir_all(&foreign_dir).unwrap();
-    let foreign = format!("server = \"https://mirror.{ns}.example:5000\"\n[host.\"http://127.0.0.1:1\"]\n");
-    std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
+async fn without_the_node_agent_the_nodes_runtime_pulls_neither_by_clusterip_nor_by_cluster_dns_name() {
+    let pull = NodePull::start("nopull", true, false).await;
+    // By ClusterIP, containerd dials HTTPS, which the registry does not speak.
+    apply_in(&pull.client, &pull.ns, app_pod("by-ip", &pull.image(&pull.by_ip()))).await;
+    wait_waiting(&pull.client, &pull.ns, "by-ip", "server gave HTTP response to HTTPS client").await;
+    // By name, it cannot even resolve it: cluster DNS is not the node's.
+    apply_in(&pull.client, &pull.ns, app_pod("by-name", &pull.image(&pull.name()))).await;
+    wait_waiting(&pull.client, &pull.ns, "by-name", &format!("lookup registry.{}.svc.cluster.local", pull.ns)).await;
+    assert!(hosts_toml(&pull.name()).is_none() && hosts_toml(&pull.by_ip()).is_none());
+    pull.end().await;
+}
 
-    // A ClusterIP registry as Camel K and in-cluster builders use it: pods name it by the published
-    // hostFromClusterNetwork, by default its ClusterIP; with an annotation, its cluster DNS name.
-    apply_in(&client, &ns, registry_deployment()).await;
-    let address = format!("registry.{ns}.svc.cluster.local:5000");
-    let registry_service = |annotations: serde_json::Value| {
-        json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
-            "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
-    };
-    let by_ip = registry_service(json!({}));
-    let service = registry_service(json!({"local-registry-publisher.io/host-from-cluster-network": address}));
-    apply_in(&client, &ns, by_ip.clone()).await;
-    let chart = |extra: &[String]| isolated_release_values(&ns, extra);
-    let upgrade = |values: Vec<String>| helm_upgrade("nodepull", &ns, &values);
-    helm_install("nodepull", &ns, &chart(&[]).iter().map(String::as_str).collect::<Vec<_>>());
-    let ip = cluster_ip(&client, &ns, "registry").await;
-    let published_as = |wanted: String| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            wait_published(&client, &ns, "hosting", "the ClusterIP registry", |d| {
-                d.host_from_cluster_network.as_deref() == Some(wanted.as_str())
-            })
-            .await
-        }
-    };
-    published_as(format!("{ip}:5000")).await;
-    push(true, &own_image("node-pulls"), &format!("{ip}:5000/nodepull/app:1"), None);
-
-    // Without the agent the node's containerd dials the ClusterIP over HTTPS, which the registry does not speak.
-    apply_in(&client, &ns, app_pod("without-ip", &format!("{ip}:5000/nodepull/app:1"))).await;
-    wait_waiting(&client, &ns, "without-ip", "server gave HTTP response to HTTPS client").await;
-
-    // Published by name, it cannot even be resolved (cluster DNS is not the node's).
-    apply_in(&client, &ns, service.clone()).await;
-    published_as(address.clone()).await;
-    let image = format!("{address}/nodepull/app:1");
-    apply_in(&client, &ns, app_pod("without", &image)).await;
-    wait_waiting(&client, &ns, "without", &format!("lookup registry.{ns}.svc.cluster.local")).await;
-    assert!(hosts_toml(&address).is_none());
-
-    // With it, the node's file maps the name to the ClusterIP over HTTP, and the same pod runs.
-    upgrade(chart(&agent_on()));
-    let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
-    println!("node file written {took:?} after helm upgrade --wait returned");
-    assert!(text.unwrap().contains(&format!("[host.\"http://{ip}:5000\"]")));
-    apply_in(&client, &ns, app_pod("with", &image)).await;
-    wait_phase(&client, &ns, "with", &["Running"]).await;
+#[tokio::test]
+async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_its_metrics_and_doctor_say_so() {
+    let pull = NodePull::start("nodepull", true, true).await;
+    let (text, took) = wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
+    println!("node file written {took:?} after the name was published");
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{}\"]", pull.by_ip())));
+    pull.runs("by-name", &pull.name()).await;
     // The agent's own metrics say the same (its readiness probe, on the same port, let helm --wait return).
     let configured = "local_registry_publisher_node_addresses{state=\"configured\"} 1\n";
-    let metrics = wait_agent_metrics(&client, &ns, |text| text.contains(configured)).await;
+    let metrics = wait_agent_metrics(&pull.client, &pull.ns, |text| text.contains(configured)).await;
     assert!(metrics.contains("local_registry_publisher_node_hosts_files_total{operation=\"write\"}"), "{metrics}");
     assert!(metrics.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{metrics}");
     let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
     assert!(metrics.contains(reads), "containerd's config names the agent's directory: {metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
-    let report = wait_doctor(&ns, |report| report.contains(&real)).await;
-    assert!(report.contains(&format!("{address} needs a hosts.toml mapping it to http://{ip}:5000")), "{report}");
+    let report = wait_doctor(&pull.ns, |report| report.contains(&real)).await;
+    let needs = format!("{} needs a hosts.toml mapping it to http://{}", pull.name(), pull.by_ip());
+    assert!(report.contains(&needs), "{report}");
     let simulated = "its runtime is \"kwok-";
     assert!(report.contains(simulated) && report.contains("does not read containerd's hosts.toml"), "{report}");
+    pull.end().await;
+}
 
-    // The registry moves (its Service recreated with a new ClusterIP): the file follows, nothing restarts.
-    support::delete_in(&client, &ns, "v1", "Service", "registry").await;
-    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+#[tokio::test]
+async fn the_node_agents_file_follows_a_recreated_registry_and_an_emptied_directory_with_no_restart() {
+    let mut pull = NodePull::start("nodemove", true, true).await;
+    wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
+    // The registry moves: its Service recreated, with a new ClusterIP.
+    support::delete_in(&pull.client, &pull.ns, "v1", "Service", "registry").await;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(pull.client.clone(), &pull.ns);
     let gone = wait_until(SOON, || async { matches!(services.get_opt("registry").await, Ok(None)).then_some(()) });
     assert!(gone.await.is_some(), "the Service was not deleted");
-    apply_in(&client, &ns, service).await;
-    let moved = cluster_ip(&client, &ns, "registry").await;
-    assert_ne!(moved, ip);
-    let (_, took) = wait_hosts_toml(&address, "after the move", |t| t.is_some_and(|t| t.contains(&moved))).await;
+    pull.publish(true).await;
+    let moved = cluster_ip(&pull.client, &pull.ns, "registry").await;
+    assert_ne!(moved, pull.ip);
+    pull.ip = moved;
+    let follows = |t: Option<&str>| t.is_some_and(|t| t.contains(&format!("\"http://{}:5000\"", pull.ip)));
+    let (_, took) = wait_hosts_toml(&pull.name(), "after the move", follows).await;
     println!("node file followed the new ClusterIP {took:?} after the Service was recreated");
-    apply_in(&client, &ns, app_pod("moved", &image)).await;
-    wait_phase(&client, &ns, "moved", &["Running"]).await;
+    pull.runs("moved", &pull.name()).await;
+    // The node's directory emptied by hand is written again, with nothing restarted.
+    let agents = agent_pod_uids(&pull.client, &pull.ns).await;
+    std::fs::remove_dir_all(node().hosts_dir().join(pull.name())).unwrap();
+    wait_hosts_toml(&pull.name(), "after emptying", follows).await;
+    assert_eq!(agent_pod_uids(&pull.client, &pull.ns).await, agents, "an agent was restarted");
+    pull.end().await;
+}
 
-    // The node's directory emptied by hand is written again without a restart.
-    std::fs::remove_dir_all(hosts_dir.join(&address)).unwrap();
-    wait_hosts_toml(&address, "after emptying", |t| t.is_some_and(|t| t.contains(&moved))).await;
+/// The node agent pods of the release in `ns`, by UID and restart count.
+async fn agent_pod_uids(client: &Client, ns: &str) -> BTreeSet<(String, i32)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let listed = pods.list(&ListParams::default().labels("app.kubernetes.io/component=node-agent")).await.unwrap();
+    let restarts = |pod: &Pod| {
+        let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        statuses.iter().map(|c| c.restart_count).sum()
+    };
+    listed.items.iter().map(|pod| (pod.metadata.uid.clone().unwrap_or_default(), restarts(pod))).collect()
+}
 
-    // Someone else's file for the address: left byte for byte, told as a Warning that doctor shows; once it is
-    // gone the agent writes its own again.
-    let theirs = format!("[host.\"http://{moved}:5000\"]\n  capabilities = [\"pull\"]\n");
-    std::fs::write(hosts_dir.join(&address).join("hosts.toml"), &theirs).unwrap();
-    let report = wait_doctor(&ns, |report| report.contains(&format!("{address} (foreign: "))).await;
+#[tokio::test]
+async fn the_node_agent_leaves_a_foreign_file_for_its_address_as_it_is_tells_it_and_writes_its_own_once_it_is_gone() {
+    let pull = NodePull::start("nodeforeign", true, true).await;
+    let address = pull.name();
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    let theirs = format!("[host.\"http://{}\"]\n  capabilities = [\"pull\"]\n", pull.by_ip());
+    std::fs::write(node().hosts_dir().join(&address).join("hosts.toml"), &theirs).unwrap();
+    let report = wait_doctor(&pull.ns, |report| report.contains(&format!("{address} (foreign: "))).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let left_alone = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
-    wait_agent_metrics(&client, &ns, |text| text.contains(left_alone)).await;
+    wait_agent_metrics(&pull.client, &pull.ns, |text| text.contains(left_alone)).await;
     assert_eq!(hosts_toml(&address).as_deref(), Some(theirs.as_str()));
-    std::fs::remove_file(hosts_dir.join(&address).join("hosts.toml")).unwrap();
+    std::fs::remove_file(node().hosts_dir().join(&address).join("hosts.toml")).unwrap();
     wait_hosts_toml(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by")))
         .await;
+    pull.end().await;
+}
 
+#[tokio::test]
+async fn the_node_agent_removes_the_file_of_a_withdrawn_address_and_writes_the_one_published_instead() {
+    let pull = NodePull::start("nodewithdraw", true, true).await;
+    wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
     // Published by its ClusterIP (the annotation removed), the address gets a file of its own and the name's goes.
-    apply_in(&client, &ns, by_ip).await;
-    let address = format!("{moved}:5000");
-    published_as(address.clone()).await;
-    let (text, _) = wait_hosts_toml(&address, "by ClusterIP", |t| t.is_some()).await;
-    assert!(text.unwrap().contains(&format!("[host.\"http://{moved}:5000\"]")));
-    apply_in(&client, &ns, app_pod("by-ip", &format!("{address}/nodepull/app:1"))).await;
-    wait_phase(&client, &ns, "by-ip", &["Running"]).await;
-    wait_until(SOON, || async {
-        (!hosts_dir.join(format!("registry.{ns}.svc.cluster.local:5000")).exists()).then_some(())
-    })
-    .await
-    .expect("the name's directory was not removed once the name was withdrawn");
+    pull.publish(false).await;
+    let (text, _) = wait_hosts_toml(&pull.by_ip(), "by ClusterIP", |t| t.is_some()).await;
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{}\"]", pull.by_ip())));
+    pull.runs("by-ip", &pull.by_ip()).await;
+    wait_hosts_toml(&pull.name(), "the name withdrawn", |t| t.is_none()).await;
+    assert!(!node().hosts_dir().join(pull.name()).exists(), "the name's directory was left");
+    pull.end().await;
+}
 
-    // Turned off, then on again and uninstalled: nothing of ours is left, the foreign file is untouched.
-    upgrade(chart(&["nodeAgent.enabled=false".into()]));
+#[tokio::test]
+async fn the_node_agent_turned_off_or_uninstalled_leaves_nothing_of_its_own_and_every_foreign_file_as_it_was() {
+    // Someone else's file for another registry, there before the agent.
+    let foreign_name = format!("mirror-{}.example:5000", std::process::id());
+    let foreign_dir = node().hosts_dir().join(&foreign_name);
+    std::fs::create_dir_all(&foreign_dir).unwrap();
+    let foreign = format!("server = \"https://{foreign_name}\"\n[host.\"http://127.0.0.1:1\"]\n");
+    std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
+    let pull = NodePull::start("nodeoff", false, true).await;
+    let address = pull.by_ip();
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    pull.upgrade(&["nodeAgent.enabled=false".into()]);
     wait_hosts_toml(&address, "agent off", |t| t.is_none()).await;
-    assert!(!hosts_dir.join(&address).exists());
-    upgrade(chart(&agent_on()));
+    assert!(!node().hosts_dir().join(&address).exists());
+    pull.upgrade(&agent_on());
     wait_hosts_toml(&address, "agent on again", |t| t.is_some()).await;
-    ok(tool("helm", &["uninstall", "nodepull", "-n", &ns, "--wait", "--timeout", "180s"]));
+    ok(tool("helm", &["uninstall", pull.release, "-n", &pull.ns, "--wait", "--timeout", "180s"]));
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
-    assert!(!hosts_dir.join(&address).exists());
+    assert!(!node().hosts_dir().join(&address).exists());
     assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
     std::fs::remove_dir_all(&foreign_dir).unwrap();
-    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+    plane().delete_namespace(&pull.client, &pull.ns).await.expect("delete namespace");
 }
 
 /// The note of the newest Event with `reason` about the object named `regarding` in `ns`, once there is one.
@@ -894,10 +1002,7 @@ async fn wait_event_note(client: &Client, ns: &str, regarding: &str, reason: &st
 /// A plain-HTTP registry in `ns` behind a ClusterIP Service labelled for the release of `ns`, annotated so.
 async fn clusterip_registry(client: &Client, ns: &str, annotations: serde_json::Value) {
     apply_in(client, ns, registry_deployment()).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": annotations},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
-    apply_in(client, ns, service).await;
+    apply_in(client, ns, registry_service(ns, annotations)).await;
 }
 
 #[tokio::test]
@@ -984,104 +1089,137 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
-#[tokio::test]
-async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_that_serves_tls() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "nodetls").await.expect("namespace");
-    let hosts_dir = node().hosts_dir();
-    // The Service first: the registry's certificate names its ClusterIP, where nodes reach it, and its name.
-    let service = |ca_bundle: &str| {
+/// A registry serving TLS with a private CA (its certificate names its ClusterIP and its cluster DNS name), behind
+/// a NodePort Service whose annotation names the CA bundle `configmap/registry-ca`, and a release `release` in a
+/// fresh namespace (with the node agent on and the bundle allowed if `agent`) publishing it by that name; an image
+/// of its own pushed as `<address>/<release>/app:1`.
+struct TlsRegistry {
+    release: &'static str,
+    client: Client,
+    ns: String,
+    ip: String,
+    ca: String,
+}
+
+impl TlsRegistry {
+    async fn start(release: &'static str, agent: bool) -> Self {
+        let plane = plane();
+        let client = plane.client().await.expect("admin client");
+        images();
+        let ns = plane.namespace(&client, release).await.expect("namespace");
+        // The Service first: the certificate names its ClusterIP.
+        apply_in(&client, &ns, Self::service(&ns, "configmap/registry-ca")).await;
+        let ip = cluster_ip(&client, &ns, "registry").await;
+        let name = format!("registry.{ns}.svc.cluster.local");
+        let tls = testbed::private_tls(&[&name, &ip, "localhost", "127.0.0.1"]).expect("certificates");
+        let bundle = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry-ca"},
+            "data": {"ca.crt": tls.ca}});
+        apply_in(&client, &ns, bundle).await;
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-tls"},
+            "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}});
+        apply_in(&client, &ns, secret).await;
+        let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+            "spec": {"selector": {"matchLabels": {"app": "registry"}},
+                "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {
+                    "containers": [{
+                        "name": "registry", "image": images().name, "imagePullPolicy": "Never",
+                        "command": ["/authregistry", "--address", ":5000", "--anonymous",
+                            "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
+                        "ports": [{"name": "registry", "containerPort": 5000}],
+                        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
+                            "periodSeconds": 1}}],
+                    "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
+        apply_in(&client, &ns, registry).await;
+        let mut with_ca = agent_on();
+        with_ca.push("nodeAgent.caBundles={registry-ca}".into());
+        let values = isolated_release_values(&ns, if agent { &with_ca } else { &[] });
+        helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+        let this = Self { release, client, ns, ip, ca: tls.ca };
+        let address = this.address();
+        let document = wait_published(&this.client, &this.ns, "hosting", "the TLS registry", |d| {
+            d.host_from_cluster_network.as_deref() == Some(address.as_str())
+        })
+        .await;
+        let host = document.host.clone().expect("a host for tools outside");
+        push(true, &own_image(release), &format!("{host}/{release}/app:1"), None);
+        this
+    }
+
+    fn service(ns: &str, ca_bundle: &str) -> serde_json::Value {
         json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
                 "annotations": {"local-registry-publisher.io/ca-bundle": ca_bundle}},
             "spec": {"type": "NodePort", "selector": {"app": "registry"},
                 "ports": [{"name": "registry", "port": 5000, "appProtocol": "https"}]}})
-    };
-    apply_in(&client, &ns, service("configmap/registry-ca")).await;
-    let ip = cluster_ip(&client, &ns, "registry").await;
-    let address = format!("registry.{ns}.svc.cluster.local:5000");
-    let name = format!("registry.{ns}.svc.cluster.local");
-    let tls = testbed::private_tls(&[&name, &ip, "localhost", "127.0.0.1"]).expect("certificates");
-    apply_in(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry-ca"},
-        "data": {"ca.crt": tls.ca}}),
-    )
-    .await;
-    apply_in(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-tls"},
-        "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}}),
-    )
-    .await;
-    let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {
-                "containers": [{
-                    "name": "registry", "image": images().name, "imagePullPolicy": "Never",
-                    "command": ["/authregistry", "--address", ":5000", "--anonymous",
-                        "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
-                    "ports": [{"name": "registry", "containerPort": 5000}],
-                    "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
-                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
-                        "periodSeconds": 1}}],
-                "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
-    apply_in(&client, &ns, registry).await;
-    let values = isolated_release_values(&ns, &[]);
-    helm_install("nodetls", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    let document = wait_published(&client, &ns, "hosting", "the TLS registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some(address.as_str())
-    })
-    .await;
-    let host = document.host.clone().expect("a host for tools outside");
-    push(true, &own_image("node-tls"), &format!("{host}/nodetls/app:1"), None);
+    }
 
-    // Without the agent a pod naming the registry as pods reach it fails on the node: cluster DNS is not the
-    // node's, and the node's containerd does not know the registry's CA.
-    let image = format!("{address}/nodetls/app:1");
-    apply_in(&client, &ns, app_pod("without", &image)).await;
-    wait_waiting(&client, &ns, "without", &format!("lookup {name}")).await;
-    apply_in(&client, &ns, app_pod("without-ca", &format!("{ip}:5000/nodetls/app:1"))).await;
-    wait_waiting(&client, &ns, "without-ca", "certificate signed by unknown authority").await;
+    /// The registry as pods reach it: its cluster DNS name, which the release publishes for the cluster network.
+    fn address(&self) -> String {
+        format!("registry.{}.svc.cluster.local:5000", self.ns)
+    }
 
-    // With the agent, and the CA bundle's name allowed, every node's containerd gets the CA beside a file that maps
-    // the name to the ClusterIP over HTTPS, and the same pod runs.
-    let mut with_ca = agent_on();
-    with_ca.push("nodeAgent.caBundles={registry-ca}".into());
-    helm_upgrade("nodetls", &ns, &isolated_release_values(&ns, &with_ca));
+    fn image(&self, address: &str) -> String {
+        format!("{address}/{}/app:1", self.release)
+    }
+
+    async fn end(self) {
+        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        wait_hosts_toml(&self.address(), "after uninstall", |t| t.is_none()).await;
+        assert!(!node().hosts_dir().join(self.address()).exists(), "a file of ours was left");
+        plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
+    }
+}
+
+#[tokio::test]
+async fn without_the_node_agent_the_nodes_runtime_cannot_pull_from_a_registry_with_a_private_ca() {
+    let tls = TlsRegistry::start("notls", false).await;
+    // By name: cluster DNS is not the node's. By ClusterIP: the node's containerd does not know the CA.
+    apply_in(&tls.client, &tls.ns, app_pod("by-name", &tls.image(&tls.address()))).await;
+    let name = format!("registry.{}.svc.cluster.local", tls.ns);
+    wait_waiting(&tls.client, &tls.ns, "by-name", &format!("lookup {name}")).await;
+    apply_in(&tls.client, &tls.ns, app_pod("by-ip", &tls.image(&format!("{}:5000", tls.ip)))).await;
+    wait_waiting(&tls.client, &tls.ns, "by-ip", "certificate signed by unknown authority").await;
+    tls.end().await;
+}
+
+#[tokio::test]
+async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_that_serves_tls() {
+    let tls = TlsRegistry::start("nodetls", true).await;
+    let address = tls.address();
+    // Every node's containerd gets the CA beside a file that maps the name to the ClusterIP over HTTPS.
     let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
-    println!("node file with the CA written {took:?} after helm upgrade --wait returned");
-    let text = text.unwrap();
-    assert!(text.contains(&format!("[host.\"https://{ip}:5000\"]")), "{text}");
+    println!("node file with the CA written {took:?} after the registry was published");
+    let text = text.unwrap_or_default();
+    assert!(text.contains(&format!("[host.\"https://{}:5000\"]", tls.ip)), "{text}");
     assert!(text.contains(&format!("  ca = \"{CA_FILE}\"\n")), "{text}");
-    let ca = std::fs::read_to_string(hosts_dir.join(&address).join(CA_FILE)).expect("the CA beside the file");
+    let ca = std::fs::read_to_string(node().hosts_dir().join(&address).join(CA_FILE)).expect("the CA beside it");
     // Marked as this release's agent's: the header, then the node plan it follows, then the PEM.
-    let owner = format!("# Following the node plan {ns}/nodetls-local-registry-publisher-node-plan.");
+    let owner = format!("# Following the node plan {}/nodetls-local-registry-publisher-node-plan.", tls.ns);
     assert_eq!(ca, format!("{HEADER}\n{owner}\n{}", tls.ca));
-    apply_in(&client, &ns, app_pod("with", &image)).await;
-    wait_phase(&client, &ns, "with", &["Running"]).await;
+    apply_in(&tls.client, &tls.ns, app_pod("with", &tls.image(&address))).await;
+    wait_phase(&tls.client, &tls.ns, "with", &["Running"]).await;
+    tls.end().await;
+}
 
+#[tokio::test]
+async fn the_node_agent_withdraws_the_files_of_a_tls_registry_whose_ca_bundle_cannot_be_read_and_says_why() {
+    let tls = TlsRegistry::start("nodetlsgone", true).await;
+    let address = tls.address();
+    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
     // A CA bundle the chart does not let the controller read: told on the registry's Service, and the node's files
     // for it go (no node would trust the registry).
-    apply_in(&client, &ns, service("configmap/elsewhere-ca")).await;
-    let told = wait_event_note(&client, &ns, "registry", "CaBundleUnusable").await;
+    apply_in(&tls.client, &tls.ns, TlsRegistry::service(&tls.ns, "configmap/elsewhere-ca")).await;
+    let told = wait_event_note(&tls.client, &tls.ns, "registry", "CaBundleUnusable").await;
     assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
     wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
-    let report = wait_doctor(&ns, |report| report.contains("its CA bundle cannot be used")).await;
+    let report = wait_doctor(&tls.ns, |report| report.contains("its CA bundle cannot be used")).await;
     assert!(report.contains("configmap/elsewhere-ca does not exist"), "{report}");
-    assert!(!hosts_dir.join(&address).exists(), "the CA file and the directory go with the file");
-
-    // Readable again, then uninstalled: nothing of ours is left.
-    apply_in(&client, &ns, service("configmap/registry-ca")).await;
+    assert!(!node().hosts_dir().join(&address).exists(), "the CA file and the directory go with the file");
+    // Readable again: the files are back.
+    apply_in(&tls.client, &tls.ns, TlsRegistry::service(&tls.ns, "configmap/registry-ca")).await;
     wait_hosts_toml(&address, "CA readable again", |t| t.is_some()).await;
-    ok(tool("helm", &["uninstall", "nodetls", "-n", &ns, "--wait", "--timeout", "180s"]));
-    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
-    assert!(!hosts_dir.join(&address).exists());
-    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+    tls.end().await;
 }
 
 /// `tool` run on the node, where the published `localhost:<nodePort>` answers.
@@ -1266,11 +1404,11 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     // What a user holding only `edit` in an allowed namespace can write: a registry whose Service names
     // registry.k8s.io and quay.io as where pods and tools find it.
     apply_in(&tenant, &tenant_ns, registry_deployment()).await;
-    let hijack = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}, "annotations": {
-            "local-registry-publisher.io/host": "quay.io",
-            "local-registry-publisher.io/host-from-container-runtime": "registry.k8s.io"}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    let hijack = registry_service(
+        &ns,
+        json!({"local-registry-publisher.io/host": "quay.io",
+        "local-registry-publisher.io/host-from-container-runtime": "registry.k8s.io"}),
+    );
     apply_in(&tenant, &tenant_ns, hijack).await;
     helm_install(
         "trust",
@@ -1357,10 +1495,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     // A user holding only `edit` in an allowed namespace publishes a registry that names docker.io.
     let tenant = support::edit_only_client(&client, plane.kubeconfig(), &tenant_ns).await;
     apply_in(&tenant, &tenant_ns, registry_deployment()).await;
-    let hijack = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns},
-            "annotations": {"local-registry-publisher.io/host-from-container-runtime": "docker.io"}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    let hijack = registry_service(&ns, json!({"local-registry-publisher.io/host-from-container-runtime": "docker.io"}));
     apply_in(&tenant, &tenant_ns, hijack).await;
     let values = |extra: &[String]| tenant_release_values(&ns, &tenant_ns, extra);
     // Besides it, a mirror of ghcr.io whose Service does not exist: told, and no file.

@@ -45,33 +45,41 @@ pub fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
     values
 }
 
+/// A registry pod (crane's `registry serve`, plain HTTP) serving on `port`, on `host_port` of its node too if given.
+pub fn registry_pod_spec(image: &str, port: i32, host_port: Option<i32>) -> serde_json::Value {
+    json!({
+        "containers": [{"name": "registry", "image": image, "imagePullPolicy": "Never",
+            "args": ["registry", "serve", "--address", format!(":{port}")],
+            "ports": [{"name": "registry", "containerPort": port, "hostPort": host_port}],
+            "readinessProbe": {"httpGet": {"path": "/v2/", "port": port}, "periodSeconds": 1}}]
+    })
+}
+
+/// A Deployment `registry` of [`registry_pod_spec`] on port 5000 (pods labelled `app=registry`), on the node named
+/// `node` if given.
+pub fn registry_deployment(image: &str, node: Option<&str>) -> serde_json::Value {
+    let mut spec = registry_pod_spec(image, 5000, None);
+    if let Some(node) = node {
+        spec["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+    }
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": spec}}})
+}
+
+/// The ClusterIP Service `registry` (port 5000) of [`registry_deployment`], labelled for `ns`'s release.
+pub fn registry_service(ns: &str, annotations: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "registry", "labels": {REGISTRY_LABEL: ns}, "annotations": annotations},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
+}
+
 /// A plain-HTTP registry (crane's) on `node` behind a ClusterIP Service `registry` labelled for `ns`'s release.
 pub async fn registry(plane: &ControlPlane, client: &Client, ns: &str, node: &RealNode) {
     let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
     node.import(&crane).expect("import the crane image");
-    let spec = json!({
-        "nodeSelector": {"kubernetes.io/hostname": node.name()},
-        "containers": [{"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
-            "args": ["registry", "serve", "--address", ":5000"],
-            "ports": [{"containerPort": 5000}],
-            "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}}]
-    });
-    apply_in(
-        client,
-        ns,
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-        "spec": {"selector": {"matchLabels": {"app": "registry"}},
-            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": spec}}}),
-    )
-    .await;
-    apply_in(
-        client,
-        ns,
-        json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "registry", "labels": {REGISTRY_LABEL: ns}},
-        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}}),
-    )
-    .await;
+    apply_in(client, ns, registry_deployment(&crane.name, Some(node.name()))).await;
+    apply_in(client, ns, registry_service(ns, json!({}))).await;
 }
 
 pub fn hosts_toml(node: &RealNode, address: &str) -> Option<String> {
