@@ -82,10 +82,12 @@ fuzz:
 ## mutants: cargo-mutants over the pure core in four parts (MUTANTS_PART: core = hosting, publish, keys, settings,
 ## watching; registry; node; pull-cli = pull and doctor's pure parts), with the unit and grammar tests; each part's
 ## summary (the commit, caught, missed, timeouts, unviable, the score per module, why each missed mutant is left) is
-## kept in docs/mutants/<part>.md. 15 to 50 minutes a part on 2 cores, so not part of `make test` or CI.
+## kept in docs/mutants/<part>.md. 15 to 55 minutes a part on 2 cores, so not part of `make test` or CI;
+## MUTANTS_JOBS=2 tests two mutants at once.
 MUTANTS_PART ?= core registry node pull-cli
+MUTANTS_JOBS ?= 2
 mutants:
-	hack/mutants.sh $(MUTANTS_PART)
+	MUTANTS_JOBS=$(MUTANTS_JOBS) hack/mutants.sh $(MUTANTS_PART)
 
 ## lint: formatting, clippy, every dependency's license and RustSec advisories (cargo-deny, deny.toml), and the
 ## GitHub workflows (actionlint, with shellcheck over their scripts), as CI runs them
