@@ -75,12 +75,12 @@ bench: tools
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
 	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover --bench node_agent --bench node_agents
 
-## fuzz: the value grammar's properties (tests/grammar.rs) over many more generated inputs than make test runs
+## fuzz: the value grammar's properties (src/hosting/grammar_tests.rs) over many more generated inputs than make test runs
 fuzz:
-	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --test grammar
+	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --lib hosting::grammar_tests
 
 ## mutants: cargo-mutants over the pure core in four parts (MUTANTS_PART: core = hosting, publish, keys, settings,
-## watching; registry; node; pull-cli = pull and doctor's pure parts), with the unit and grammar tests; each part's
+## watching; registry; node; pull-cli = pull and doctor's pure parts), with the library's unit, property and grammar tests; each part's
 ## summary (the commit, caught, missed, timeouts, unviable, the score per module, why each missed mutant is left) is
 ## kept in docs/mutants/<part>.md. 15 to 55 minutes a part on 2 cores, so not part of `make test` or CI;
 ## MUTANTS_JOBS=2 tests two mutants at once.

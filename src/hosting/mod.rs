@@ -239,6 +239,9 @@ fn validate_help(value: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
+mod grammar_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

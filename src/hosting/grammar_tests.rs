@@ -5,7 +5,7 @@
 //!
 //! `make test` runs the default number of cases; `make fuzz` runs many more (PROPTEST_CASES).
 
-use local_registry_publisher::hosting::LocalRegistryHostingV1;
+use super::LocalRegistryHostingV1;
 use std::sync::LazyLock;
 
 use proptest::prelude::*;
@@ -156,7 +156,7 @@ fn accepted_hosts_are_image_reference_registries_and_survive_every_reader() {
                     Ok(accepted_side)
                 }
                 Err(invalid) => {
-                    prop_assert_eq!(invalid.field, local_registry_publisher::hosting::Field::Host);
+                    prop_assert_eq!(invalid.field, super::Field::Host);
                     prop_assert!(!invalid.reason.trim().is_empty(), "{value:?} was rejected without a rule");
                     Ok(!accepted_side)
                 }
