@@ -110,3 +110,19 @@ impl Settings {
         format!("{}/{}", self.configmap_namespace, self.configmap_name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_plan_error_names_the_configmap_it_was_about() {
+        let target = NodePlanTarget {
+            namespace: "local-registry-publisher".into(),
+            name: "lrp-node-plan".into(),
+            rules: crate::node::Rules::default(),
+        };
+        // The controller's read and apply errors say this (and so its logs and Events).
+        assert_eq!(target.to_string(), "ConfigMap local-registry-publisher/lrp-node-plan");
+    }
+}
