@@ -2,11 +2,11 @@
 # Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
 # commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
 #
-#   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, one after another)
+#   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
 #
-# Each part takes 15 to 50 minutes on 2 cores (docs/development.md); the full report of a run stays in
-# target/mutants/<part>/mutants.out.
+# The parts named are one cargo-mutants run (one baseline build), summarised part by part. A part takes 15 to 55
+# minutes on 2 cores (docs/development.md); the full report of a run stays in target/mutants/<parts>/mutants.out.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,20 +23,33 @@ files_of() {
   esac
 }
 
+# The part's files as one regexp over the paths cargo-mutants reports.
+files_regexp() {
+  local regexp="" f
+  for f in $(files_of "$1"); do
+    f=${f//./\\.}
+    regexp+="${regexp:+|}${f//\*/[^/]*}"
+  done
+  echo "^($regexp)\$"
+}
+
 summarise() {
-  local part=$1 out=$2 commit=$3 started=$4
-  local outcomes="$out/mutants.out/outcomes.json"
+  local part=$1 out=$2 commit=$3 started=$4 run=$5
+  local outcomes="$out/mutants.out/outcomes.json" regexp
+  regexp=$(files_regexp "$part")
   mkdir -p docs/mutants
   {
     echo "# Mutation testing: $part"
     echo
     echo "Written by \`hack/mutants.sh $part\` (cargo-mutants $version, the library's unit, property and grammar tests) on commit"
-    echo "\`$commit\`, $(date -u +%Y-%m-%d), in $(( ($(date +%s) - started) / 60 )) minutes. Files: \`$(files_of "$part")\`."
+    echo "\`$commit\`, $(date -u +%Y-%m-%d), in one run of \`$run\` that took $(( ($(date +%s) - started) / 60 )) minutes"
+    echo "(\`MUTANTS_JOBS=${MUTANTS_JOBS:-1}\`). Files: \`$(files_of "$part")\`."
     echo
     echo "| module | mutants | caught | missed | timeouts | unviable | score |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
     jq -r '
-      [.outcomes[] | select(.scenario | type == "object") | {file: .scenario.Mutant.file, summary}]
+      [.outcomes[] | select(.scenario | type == "object") | select(.scenario.Mutant.file | test($files))
+        | {file: .scenario.Mutant.file, summary}]
       | group_by(.file)[]
       | {file: .[0].file,
          total: length,
@@ -46,7 +59,8 @@ summarise() {
          unviable: map(select(.summary == "Unviable")) | length}
       | . + {score: (if (.caught + .missed + .timeout) == 0 then "-" else
           "\((1000 * (.caught + .timeout) / (.caught + .missed + .timeout) | floor) / 10) %" end)}
-      | "| `\(.file)` | \(.total) | \(.caught) | \(.missed) | \(.timeout) | \(.unviable) | \(.score) |"' "$outcomes"
+      | "| `\(.file)` | \(.total) | \(.caught) | \(.missed) | \(.timeout) | \(.unviable) | \(.score) |"' \
+      --arg files "$regexp" "$outcomes"
     echo
     echo "Score: (caught + timeouts) / (caught + missed + timeouts); unviable mutants do not build and count for nothing."
     echo
@@ -59,33 +73,34 @@ summarise() {
       any=1
       why=$(awk -F' [|] ' -v n="$name" '$1 == n { print $2; exit }' docs/mutants/equivalent.txt 2>/dev/null)
       echo "- \`$name\`: ${why:-NOT EXPLAINED: kill it with a test, or say why it is equivalent}"
-    done < <(jq -r '.outcomes[] | select(.summary == "MissedMutant") | .scenario.Mutant.name' "$outcomes")
+    done < <(jq -r --arg files "$regexp" '.outcomes[] | select(.summary == "MissedMutant")
+      | select(.scenario.Mutant.file | test($files)) | .scenario.Mutant.name' "$outcomes")
     [ $any = 1 ] || echo "None."
   } >"docs/mutants/$part.md"
   echo "[mutants] $part: docs/mutants/$part.md" >&2
 }
 
 main() {
-  local parts=("$@") part files args commit started
+  local parts=("$@") part args=() commit started run status=0
   [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull-cli)
-  for part in "${parts[@]}"; do files_of "$part" >/dev/null; done
+  for part in "${parts[@]}"; do
+    files_of "$part" >/dev/null
+    for f in $(files_of "$part"); do args+=(--file "$f"); done
+  done
   local mutants; mutants="$(hack/cargo-tool.sh cargo-mutants "$version")"
   commit=$(git rev-parse HEAD)
   git diff --quiet HEAD -- src || echo "[mutants] src/ has uncommitted changes: the summary names $commit all the same" >&2
+  run=$(IFS=+; echo "${parts[*]}")
+  started=$(date +%s)
+  echo "[mutants] $run: ${args[*]}" >&2
+  mkdir -p "target/mutants/$run"
+  # Exit 2 means mutants were missed, 3 that some timed out: the summaries say which.
+  "$mutants" mutants -p local-registry-publisher "${args[@]}" \
+    --exclude '*/fixtures.rs' --exclude '*/tests.rs' --exclude '*/grammar_tests.rs' \
+    --jobs "${MUTANTS_JOBS:-1}" --cargo-arg=--lib --output "target/mutants/$run" || status=$?
+  case $status in 0 | 2 | 3) ;; *) echo "[mutants] $run: cargo-mutants failed ($status)" >&2; exit "$status" ;; esac
   for part in "${parts[@]}"; do
-    files=$(files_of "$part")
-    args=()
-    for f in $files; do args+=(--file "$f"); done
-    started=$(date +%s)
-    echo "[mutants] $part: $files" >&2
-    # Exit 2 means mutants were missed, 3 that some timed out: the summary says which.
-    local status=0
-    mkdir -p "target/mutants/$part"
-    "$mutants" mutants -p local-registry-publisher "${args[@]}" --exclude '*/fixtures.rs' --exclude '*/tests.rs' --exclude '*/grammar_tests.rs' \
-      --jobs "${MUTANTS_JOBS:-1}" --cargo-arg=--lib --output "target/mutants/$part" \
-      || status=$?
-    case $status in 0 | 2 | 3) ;; *) echo "[mutants] $part: cargo-mutants failed ($status)" >&2; exit "$status" ;; esac
-    summarise "$part" "target/mutants/$part" "$commit" "$started"
+    summarise "$part" "target/mutants/$run" "$commit" "$started" "$run"
   done
 }
 
