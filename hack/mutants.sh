@@ -4,6 +4,9 @@
 #
 #   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
+#   MUTANTS_SUMMARISE_ONLY=1 hack/mutants.sh [PART ...]
+#                                   writes the summaries of the last run of those parts again (after a reason was
+#                                   added to docs/mutants/equivalent.txt)
 #
 # The parts named are one cargo-mutants run (one baseline build), summarised part by part. A part takes 15 to 55
 # minutes on 2 cores (docs/development.md); the full report of a run stays in target/mutants/<parts>/mutants.out.
@@ -37,16 +40,19 @@ files_regexp() {
 }
 
 summarise() {
-  local part=$1 out=$2 commit=$3 started=$4 run=$5
-  local outcomes="$out/mutants.out/outcomes.json" regexp
+  local part=$1 out=$2 run=$3
+  local outcomes="$out/mutants.out/outcomes.json" regexp commit jobs minutes
   regexp=$(files_regexp "$part")
+  commit=$(cat "$out/commit")
+  jobs=$(cat "$out/jobs")
+  minutes=$(jq -r '((.end_time | sub("\\.[0-9]+Z$"; "Z") | fromdate) - (.start_time | sub("\\.[0-9]+Z$"; "Z") | fromdate)) / 60 | floor' "$outcomes")
   mkdir -p docs/mutants
   {
     echo "# Mutation testing: $part"
     echo
     echo "Written by \`hack/mutants.sh $part\` (cargo-mutants $version, the library's unit, property and grammar tests) on commit"
-    echo "\`$commit\`, $(date -u +%Y-%m-%d), in one run of \`$run\` that took $(( ($(date +%s) - started) / 60 )) minutes"
-    echo "(\`MUTANTS_JOBS=${MUTANTS_JOBS:-1}\`). Files: \`$(files_of "$part")\`."
+    echo "\`$commit\`, $(jq -r '.start_time[:10]' "$outcomes"), in one run of \`$run\` that took $minutes minutes"
+    echo "(\`MUTANTS_JOBS=$jobs\`). Files: \`$(files_of "$part")\`."
     echo
     echo "| module | mutants | caught | missed | timeouts | unviable | score |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -84,7 +90,7 @@ summarise() {
 }
 
 main() {
-  local parts=("$@") part args=() commit started run status=0
+  local parts=("$@") part args=() commit run status=0
   [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull-cli)
   for part in "${parts[@]}"; do
     files_of "$part" >/dev/null
@@ -94,9 +100,14 @@ main() {
   commit=$(git rev-parse HEAD)
   git diff --quiet HEAD -- src || echo "[mutants] src/ has uncommitted changes: the summary names $commit all the same" >&2
   run=$(IFS=+; echo "${parts[*]}")
-  started=$(date +%s)
+  if [ -n "${MUTANTS_SUMMARISE_ONLY:-}" ]; then
+    for part in "${parts[@]}"; do summarise "$part" "target/mutants/$run" "$run"; done
+    return
+  fi
   echo "[mutants] $run: ${args[*]}" >&2
   mkdir -p "target/mutants/$run"
+  echo "$commit" >"target/mutants/$run/commit"
+  echo "${MUTANTS_JOBS:-1}" >"target/mutants/$run/jobs"
   # Exit 2 means mutants were missed, 3 that some timed out: the summaries say which.
   "$mutants" mutants -p local-registry-publisher "${args[@]}" \
     --exclude '*/fixtures.rs' --exclude '*/tests.rs' --exclude '*/grammar_tests.rs' \
@@ -104,7 +115,7 @@ main() {
     --jobs "${MUTANTS_JOBS:-1}" --cargo-arg=--lib --output "target/mutants/$run" || status=$?
   case $status in 0 | 2 | 3) ;; *) echo "[mutants] $run: cargo-mutants failed ($status)" >&2; exit "$status" ;; esac
   for part in "${parts[@]}"; do
-    summarise "$part" "target/mutants/$run" "$commit" "$started" "$run"
+    summarise "$part" "target/mutants/$run" "$run"
   done
 }
 
