@@ -291,3 +291,77 @@ fn a_namespace_being_deleted_gets_no_write_and_loses_nothing_by_the_controller()
     let gone = plan(None, &observed, &accounts);
     assert!(!touched(&gone, "going") && touched(&gone, "app"), "{gone:?}");
 }
+
+#[test]
+fn the_watches_follow_the_named_source_the_labelled_namespaces_and_where_our_secret_still_is() {
+    let published = registry(Some("creds"));
+    let chosen = settings(&["default"]);
+    // Our Secret is still in `gone`, whose label was removed: its accounts stay watched until their entries go.
+    let mut observed = observed(&["app"], "t0ken");
+    let earlier = plan(Some(&published), &self::observed(&["gone"], "t0ken"), &chosen);
+    observed.secrets = earlier.apply.into_iter().map(stored).collect();
+    let watched = interest(Some(&published), &observed, &chosen);
+    assert_eq!(watched.credentials.iter().collect::<Vec<_>>(), [&WatchKey::in_namespace("reg").named("creds")]);
+    let wanted = crate::watching::equal(keys::namespace::PULL_SECRET_WANTED, keys::namespace::PULL_SECRET_WANTED_VALUE);
+    assert_eq!(watched.namespaces.iter().collect::<Vec<_>>(), [&WatchKey::everywhere().labels(wanted)]);
+    assert_eq!(watched.secrets.iter().collect::<Vec<_>>(), [&WatchKey::everywhere().named("local-registry-pull")]);
+    let accounts: Vec<_> = watched.accounts.iter().cloned().collect();
+    assert_eq!(
+        accounts,
+        [WatchKey::in_namespace("app").named("default"), WatchKey::in_namespace("gone").named("default")]
+    );
+    // Nothing published: no source to read.
+    assert!(interest(None, &observed, &chosen).credentials.is_empty());
+}
+
+#[test]
+fn a_plan_is_empty_only_when_it_writes_deletes_and_patches_nothing() {
+    let told_only = plan(Some(&registry(Some("creds"))), &Observed::default(), &settings(&[]));
+    assert_eq!(told_only.secret_name, "local-registry-pull", "every namespace's Secret is named from the settings");
+    assert!(told_only.is_empty());
+    let patch = AccountPatch { namespace: "app".into(), name: "default".into(), patch: Value::Null };
+    for busy in [
+        Plan { apply: vec![Secret::default()], ..Plan::default() },
+        Plan { delete: vec![("app".into(), None)], ..Plan::default() },
+        Plan { accounts: vec![patch], ..Plan::default() },
+    ] {
+        assert!(!busy.is_empty(), "{busy:?}");
+    }
+}
+
+#[test]
+fn while_the_source_is_unusable_a_namespace_without_our_secret_gets_no_service_account_entry() {
+    let published = registry(Some("creds"));
+    let mut observed = observed(&["new"], "t0ken");
+    observed.credentials = credentials(Ok(None));
+    observed.accounts = vec![account("new", "default", &[], None)];
+    let plan = plan(Some(&published), &observed, &settings(&["default"]));
+    assert!(plan.accounts.is_empty(), "an entry naming a Secret that is not there: {plan:?}");
+    assert_eq!(reasons(&plan), ["PullSecretMissing"]);
+}
+
+#[test]
+fn only_an_apply_by_our_field_manager_makes_a_secret_ours() {
+    let written = |manager: &str, operation: &str| Secret {
+        metadata: ObjectMeta {
+            managed_fields: Some(vec![ManagedFieldsEntry {
+                manager: Some(manager.into()),
+                operation: Some(operation.into()),
+                ..ManagedFieldsEntry::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        ..Secret::default()
+    };
+    assert!(is_ours(&written(keys::MANAGER, "Apply")));
+    // Our manager's name on a hand-made update (kubectl --field-manager), or another's apply: not ours.
+    assert!(!is_ours(&written(keys::MANAGER, "Update")));
+    assert!(!is_ours(&written("kubectl", "Apply")));
+}
+
+#[test]
+fn each_pull_secret_says_which_registry_its_credentials_are_for() {
+    let written = plan(Some(&registry(Some("creds"))), &observed(&["app"], "t0ken"), &settings(&[]));
+    let annotations = written.apply[0].metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get(keys::pull::FROM_REGISTRY).map(String::as_str), Some("reg/registry"));
+}
