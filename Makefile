@@ -79,12 +79,12 @@ bench: tools
 fuzz:
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --lib hosting::grammar_tests
 
-## mutants: cargo-mutants over the pure core in four parts (MUTANTS_PART: core = hosting, publish, keys, settings,
-## watching; registry; node; pull-cli = pull and doctor's pure parts), with the library's unit, property and grammar tests; each part's
-## summary (the commit, caught, missed, timeouts, unviable, the score per module, why each missed mutant is left) is
-## kept in docs/mutants/<part>.md. 15 to 55 minutes a part on 2 cores, so not part of `make test` or CI;
-## MUTANTS_JOBS=2 tests two mutants at once.
-MUTANTS_PART ?= core registry node pull-cli
+## mutants: cargo-mutants over the pure core in five parts (MUTANTS_PART: core = hosting, publish, keys, settings,
+## watching; registry; node; pull; cli = doctor's pure parts), with the library's unit, property and grammar tests,
+## in one run; each part's summary (the commit, caught, missed, timeouts, unviable, the score per module, why each
+## missed mutant is left) is kept in docs/mutants/<part>.md. About 90 minutes for all on 2 cores, testing two
+## mutants at once (MUTANTS_JOBS), so not part of `make test` or CI.
+MUTANTS_PART ?= core registry node pull cli
 MUTANTS_JOBS ?= 2
 mutants:
 	MUTANTS_JOBS=$(MUTANTS_JOBS) hack/mutants.sh $(MUTANTS_PART)

@@ -2,11 +2,11 @@
 # Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
 # commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
 #
-#   hack/mutants.sh [PART ...]     parts: core registry node pull-cli (default: all four, in one run)
+#   hack/mutants.sh [PART ...]     parts: core registry node pull cli (default: all five, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
-#   MUTANTS_SUMMARISE_ONLY=1 hack/mutants.sh [PART ...]
-#                                   writes the summaries of the last run of those parts again (after a reason was
-#                                   added to docs/mutants/equivalent.txt)
+#   MUTANTS_SUMMARISE_ONLY=1 [MUTANTS_RUN=<parts+...>] hack/mutants.sh [PART ...]
+#                                   writes the summaries of the last run of those parts (or of the run named) again,
+#                                   after a reason was added to docs/mutants/equivalent.txt
 #
 # The parts named are one cargo-mutants run (one baseline build), summarised part by part. A part takes 15 to 55
 # minutes on 2 cores (docs/development.md); the full report of a run stays in target/mutants/<parts>/mutants.out.
@@ -24,8 +24,9 @@ files_of() {
     core) echo "src/hosting/*.rs src/publish/*.rs src/keys.rs src/settings.rs src/watching.rs" ;;
     registry) echo "src/registry/*.rs" ;;
     node) echo "src/node/*.rs" ;;
-    pull-cli) echo "src/pull/*.rs src/cli/nodes/verdict.rs src/cli/text.rs src/cli/readers.rs src/cli/controllers.rs" ;;
-    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, pull-cli)" >&2; return 2 ;;
+    pull) echo "src/pull/*.rs" ;;
+    cli) echo "src/cli/nodes/verdict.rs src/cli/text.rs src/cli/readers.rs src/cli/controllers.rs" ;;
+    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, pull, cli)" >&2; return 2 ;;
   esac
 }
 
@@ -91,7 +92,7 @@ summarise() {
 
 main() {
   local parts=("$@") part args=() commit run status=0
-  [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull-cli)
+  [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull cli)
   for part in "${parts[@]}"; do
     files_of "$part" >/dev/null
     for f in $(files_of "$part"); do args+=(--file "$f"); done
@@ -101,6 +102,7 @@ main() {
   git diff --quiet HEAD -- src || echo "[mutants] src/ has uncommitted changes: the summary names $commit all the same" >&2
   run=$(IFS=+; echo "${parts[*]}")
   if [ -n "${MUTANTS_SUMMARISE_ONLY:-}" ]; then
+    run=${MUTANTS_RUN:-$run}
     for part in "${parts[@]}"; do summarise "$part" "target/mutants/$run" "$run"; done
     return
   fi
