@@ -365,3 +365,14 @@ fn each_pull_secret_says_which_registry_its_credentials_are_for() {
     let annotations = written.apply[0].metadata.annotations.clone().unwrap_or_default();
     assert_eq!(annotations.get(keys::pull::FROM_REGISTRY).map(String::as_str), Some("reg/registry"));
 }
+
+#[test]
+fn the_mark_is_added_beside_annotations_someone_else_put_on_the_account() {
+    let mut theirs = (*account("app", "default", &[], None)).clone();
+    theirs.metadata.annotations = Some([("team".to_string(), "builders".to_string())].into());
+    let Some(Value::Array(operations)) = add_entry(&theirs, "local-registry-pull") else { panic!("a patch") };
+    // "replace" on a key that is not there would fail the whole patch.
+    let mark = operations.last().expect("the mark");
+    assert_eq!(mark["op"], "add", "{mark}");
+    assert_eq!(mark["value"], "local-registry-pull");
+}
