@@ -464,6 +464,15 @@ mod tests {
     }
 
     #[test]
+    fn the_stored_configmap_is_the_one_its_named_watch_found() {
+        let mut cluster = Cluster::default();
+        assert_eq!(cluster.stored(), None);
+        let stored = Stored { owned: true, text: Some("host: \"localhost:30500\"\n".into()), ..Stored::default() };
+        cluster.configmap.push(Arc::new(stored.clone()));
+        assert_eq!(cluster.stored(), Some(&stored));
+    }
+
+    #[test]
     fn finds_labelled_services_workload_services_and_builtins_once_each() {
         let mut cluster = Cluster::default();
         let labelled = service("reg", "zot").build();
