@@ -464,6 +464,21 @@ mod tests {
     }
 
     #[test]
+    fn doctor_names_a_service_and_how_it_was_found_in_words() {
+        let id = ServiceId { namespace: "reg".into(), name: "zot".into() };
+        assert_eq!(id.to_string(), "reg/zot");
+        let origins = [
+            (Origin::Labelled, "labelled Service"),
+            (Origin::Workload { kind: "Deployment", name: "zot".into() }, "Service selecting labelled Deployment zot"),
+            (Origin::Minikube, "minikube registry addon"),
+            (Origin::MicroK8s, "MicroK8s registry addon"),
+        ];
+        for (origin, said) in origins {
+            assert_eq!(origin.to_string(), said);
+        }
+    }
+
+    #[test]
     fn the_stored_configmap_is_the_one_its_named_watch_found() {
         let mut cluster = Cluster::default();
         assert_eq!(cluster.stored(), None);
