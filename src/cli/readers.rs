@@ -151,4 +151,21 @@ mod tests {
         assert_eq!(verdicts[2].uses, None);
         assert!(verdicts[2].note.as_deref().is_some_and(|n| n.contains("no hostFromClusterNetwork")), "{verdicts:?}");
     }
+
+    #[test]
+    fn skaffold_counts_a_host_key_without_a_value_but_not_a_missing_one() {
+        let null = verdicts("host:\nhostFromClusterNetwork: \"r.ns.svc.cluster.local:5000\"\n");
+        assert!(null[1].problem.as_deref().is_some_and(|p| p.contains("present but empty")), "{null:?}");
+        let absent = verdicts("hostFromClusterNetwork: \"r.ns.svc.cluster.local:5000\"\n");
+        assert_eq!(absent[1].problem, None, "{absent:?}");
+        assert!(absent[1].note.as_deref().is_some_and(|n| n.contains("no host")), "{absent:?}");
+    }
+
+    #[test]
+    fn the_line_reader_keeps_quotes_yaml_drops() {
+        // Single quotes are YAML's; the knative Tiltfile's sed leaves them in the address.
+        let quoted = verdicts("host: 'localhost:30500'\n");
+        assert_eq!(quoted[0].problem, None, "{quoted:?}");
+        assert!(quoted[3].problem.as_deref().is_some_and(|p| p.contains("not the host")), "{quoted:?}");
+    }
 }

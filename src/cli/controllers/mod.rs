@@ -5,13 +5,12 @@
 //! its own across pod replacements: an Event whose `reportingInstance` is a pod of the same Deployment (its name
 //! starts with the Deployment's) counts, so a `helm upgrade` does not make them look forged.
 
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
 
 use crate::keys;
-use crate::settings::Settings;
+
+mod api;
+pub use api::controller_pods;
 
 /// A pod labelled as the chart's controller: where it runs, its phase, the arguments its container runs with.
 pub struct ControllerPod {
@@ -47,57 +46,6 @@ pub fn selector() -> kube::core::Selector {
     let mut selector = equal(keys::chart::PART_OF, keys::MANAGER);
     selector.extend(equal(keys::chart::COMPONENT, keys::chart::CONTROLLER));
     selector
-}
-
-/// The pods labelled as the controller, each checked against the ConfigMap `flags` name; `Err` when this identity
-/// may not list pods.
-pub async fn controller_pods(client: &Client, flags: &Settings) -> Result<Vec<ControllerPod>, ()> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let list = pods.list(&ListParams::default().labels_from(&selector())).await.map_err(drop)?;
-    let mut found = Vec::new();
-    for pod in &list.items {
-        let namespace = pod.namespace().unwrap_or_default();
-        let spec = pod.spec.as_ref();
-        let service_account = spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
-        let genuine = may_write(client, &namespace, &service_account, flags).await;
-        let replica_set = pod.owner_references().iter().find(|o| o.kind == "ReplicaSet").map(|o| o.name.clone());
-        found.push(ControllerPod {
-            name: pod.name_any(),
-            phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
-            args: controller_args(pod),
-            deployment: replica_set.and_then(|rs| Some(rs.rsplit_once('-')?.0.to_string())),
-            namespace,
-            service_account,
-            genuine,
-        });
-    }
-    Ok(found)
-}
-
-/// Whether ServiceAccount `namespace/account` may patch the ConfigMap `flags` name, as the API server answers.
-async fn may_write(client: &Client, namespace: &str, account: &str, flags: &Settings) -> Option<bool> {
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(format!("system:serviceaccount:{namespace}:{account}")),
-            groups: Some(vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{namespace}"),
-                "system:authenticated".into(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(flags.configmap_namespace.clone()),
-                verb: Some("patch".into()),
-                resource: Some("configmaps".into()),
-                name: Some(flags.configmap_name.clone()),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
-    };
-    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
-    let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
-    Some(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// The controller container's arguments (the chart names it `controller`; else the pod's only container).
@@ -143,5 +91,33 @@ mod tests {
         // A bare pod (no Deployment): only its own name.
         let bare = pod("aaa-controller", None);
         assert!(bare.made("aaa-controller") && !bare.made("aaa-controller-1-2"));
+    }
+
+    #[test]
+    fn the_controllers_pods_are_found_by_the_charts_labels_whatever_the_release_is_called() {
+        let text = selector().to_string();
+        assert!(text.contains("app.kubernetes.io/part-of=local-registry-publisher"), "{text}");
+        assert!(text.contains("app.kubernetes.io/component=controller"), "{text}");
+        assert!(!text.contains("instance") && !text.contains("app.kubernetes.io/name"), "{text}");
+    }
+
+    #[test]
+    fn the_settings_are_read_from_the_controller_container_or_a_pods_only_container() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec};
+        let container = |name: &str, args: &[&str]| Container {
+            name: name.into(),
+            args: Some(args.iter().map(|a| a.to_string()).collect()),
+            ..Container::default()
+        };
+        let pod = |containers: Vec<Container>| Pod {
+            spec: Some(PodSpec { containers, ..PodSpec::default() }),
+            ..Pod::default()
+        };
+        let sidecar = container("proxy", &["--listen=:9000"]);
+        let controller = container("controller", &["--configmap-name=hosting"]);
+        assert_eq!(controller_args(&pod(vec![sidecar.clone(), controller.clone()])), ["--configmap-name=hosting"]);
+        assert_eq!(controller_args(&pod(vec![container("renamed", &["--x"])])), ["--x"], "a pod's only container");
+        assert!(controller_args(&pod(vec![sidecar.clone(), container("other", &["--y"])])).is_empty(), "neither is it");
+        assert!(controller_args(&Pod::default()).is_empty());
     }
 }
