@@ -358,4 +358,34 @@ mod tests {
         assert!(matches!(check(Ok(number), OURS, None), RuntimeCheck::Unknown(_)));
         assert!(!check(Ok(imports), OURS, None).unread());
     }
+
+    #[test]
+    fn each_cri_setting_containerd_checks_forces_the_local_pull_alone() {
+        let images = "version = 3\n[plugins.'io.containerd.cri.v1.images']\n";
+        let parse = |text: String| text.parse::<toml::Table>().expect("TOML");
+        for setting in [
+            "use_local_image_pull = true",
+            "discard_unpacked_layers = true",
+            "image_pull_with_sync_fs = true",
+            "disable_snapshot_annotations = false",
+            "max_concurrent_downloads = 5",
+        ] {
+            assert!(forces_local_pull(&parse(format!("{images}{setting}\n"))), "{setting}");
+        }
+        for kind in ["mirrors", "configs", "auths"] {
+            let registry =
+                format!("{images}[plugins.'io.containerd.cri.v1.images'.registry.{kind}.'docker.io']\nx = 1\n");
+            assert!(forces_local_pull(&parse(registry)), "a {kind} entry");
+            let empty = format!("{images}[plugins.'io.containerd.cri.v1.images'.registry.{kind}]\n");
+            assert!(!forces_local_pull(&parse(empty)), "an empty {kind} table");
+        }
+        for default in [
+            "use_local_image_pull = false",
+            "discard_unpacked_layers = false",
+            "disable_snapshot_annotations = true",
+            "max_concurrent_downloads = 3",
+        ] {
+            assert!(!forces_local_pull(&parse(format!("{images}{default}\n"))), "{default}");
+        }
+    }
 }
