@@ -291,4 +291,20 @@ mod tests {
         assert!(json.get("resyncSeconds").is_some());
         assert_eq!(serde_json::from_value::<NodeState>(json).expect("reads back"), found);
     }
+
+    #[test]
+    fn the_api_path_and_kind_are_the_ones_the_charts_crd_serves() {
+        use kube::Resource;
+        // What the chart's CustomResourceDefinition and RBAC name (templates/node-agent.yaml and its CRD).
+        assert_eq!(NodePullState::kind(&()), "NodePullState");
+        assert_eq!(NodePullState::api_version(&()), "local-registry-publisher.io/v1alpha1");
+        assert_eq!(NodePullState::plural(&()), "nodepullstates");
+        let mut state = NodePullState {
+            metadata: ObjectMeta { name: Some("node-1".into()), ..ObjectMeta::default() },
+            status: NodeState::default(),
+        };
+        assert_eq!(state.meta().name.as_deref(), Some("node-1"));
+        state.meta_mut().namespace = Some("lrp".into());
+        assert_eq!(state.metadata.namespace.as_deref(), Some("lrp"));
+    }
 }
