@@ -64,6 +64,10 @@ fn helm_install(release: &str, ns: &str, values: &[&str]) {
     ok(tool("helm", &args));
 }
 
+fn helm_uninstall(release: &str, ns: &str) {
+    support::agent::helm_uninstall(plane(), release, ns);
+}
+
 /// `helm upgrade` of `release` in `ns` to the working tree's chart with `values`, waiting for it.
 fn helm_upgrade(release: &str, ns: &str, values: &[String]) {
     let chart = root().join("charts/local-registry-publisher").display().to_string();
@@ -243,7 +247,7 @@ async fn the_chart_runs_hardened_on_a_real_node() {
     assert!(root_mount.split_whitespace().nth(5).is_some_and(|o| o.split(',').any(|o| o == "ro")), "{root_mount}");
     let environment = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
     assert!(!String::from_utf8_lossy(&environment).contains("KUBECONFIG"), "in-cluster config, no kubeconfig");
-    ok(tool("helm", &["uninstall", "lrp", "-n", "lrp-system", "--wait", "--timeout", "180s"]));
+    helm_uninstall("lrp", "lrp-system");
 }
 
 #[tokio::test]
@@ -312,7 +316,7 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
             || report.contains("the probe pod could not run: ImagePullBackOff: "),
         "{report}"
     );
-    ok(tool("helm", &["uninstall", "nodeport", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("nodeport", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
@@ -341,7 +345,7 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
     assert_eq!(document.host.as_deref(), Some(format!("{node_ip}:5000").as_str()));
     assert_eq!(document.host_from_container_runtime.as_deref(), Some("127.0.0.1:5000"));
     kep_flow(&client, &ns, "hostport", &document, false).await;
-    ok(tool("helm", &["uninstall", "hostport", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("hostport", &ns);
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew it");
 }
 
@@ -474,14 +478,14 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
         d.host.as_deref() == Some("localhost:5001")
     })
     .await;
-    ok(tool("helm", &["uninstall", "upgrade", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("upgrade", &ns);
 }
 
 #[tokio::test]
 async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_is_left() {
     let (client, ns) = isolated_release("uninstall").await;
 
-    ok(tool("helm", &["uninstall", "uninstall", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("uninstall", &ns);
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let left = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.expect("list pods");
     let names: Vec<_> = left.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
@@ -498,7 +502,7 @@ async fn helm_uninstall_stops_the_controller_before_withdrawing_so_no_configmap_
 #[tokio::test]
 async fn with_withdraw_on_uninstall_off_the_configmap_outlives_helm_uninstall() {
     let (client, ns) = isolated_release_with("keep", &["configMap.withdrawOnUninstall=false"]).await;
-    ok(tool("helm", &["uninstall", "keep", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("keep", &ns);
     // Without the hook nothing scales the controller down first: its pod goes with the garbage collector.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let gone = wait_until(SOON, || async {
@@ -651,7 +655,7 @@ impl AuthRegistry {
     }
 
     async fn end(self) {
-        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        helm_uninstall(self.release, &self.ns);
         for ns in [&self.ns, &self.app] {
             plane().delete_namespace(&self.client, ns).await.expect("delete namespace");
         }
@@ -711,7 +715,7 @@ async fn the_pull_secret_and_its_service_account_entry_go_with_the_annotation_an
 async fn helm_uninstall_removes_the_distributed_pull_secret_and_its_service_account_entry() {
     let auth = AuthRegistry::start("pulluninstall").await;
     assert!(auth.distributed(true).await, "the pull Secret was not distributed");
-    ok(tool("helm", &["uninstall", auth.release, "-n", &auth.ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall(auth.release, &auth.ns);
     // Its hook removes them before it returns.
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(auth.client.clone(), &auth.app);
     assert!(secrets.get_opt("local-registry-pull").await.expect("GET").is_none(), "uninstall removed the Secret");
@@ -851,7 +855,7 @@ impl NodePull {
 
     /// Uninstalls the release and deletes its namespace.
     async fn end(self) {
-        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        helm_uninstall(self.release, &self.ns);
         plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
     }
 }
@@ -977,7 +981,7 @@ async fn the_node_agent_turned_off_or_uninstalled_leaves_nothing_of_its_own_and_
     assert!(!node().hosts_dir().join(&address).exists());
     pull.upgrade(&agent_on());
     wait_hosts_toml(&address, "agent on again", |t| t.is_some()).await;
-    ok(tool("helm", &["uninstall", pull.release, "-n", &pull.ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall(pull.release, &pull.ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     assert!(!node().hosts_dir().join(&address).exists());
     assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
@@ -1036,7 +1040,7 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
     assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")));
     apply_in(&client, &ns, app_pod("with", &image)).await;
     wait_phase(&client, &ns, "with", &["Running"]).await;
-    ok(tool("helm", &["uninstall", "kindhost", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("kindhost", &ns);
     wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
@@ -1083,7 +1087,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     wait_phase(&client, &ns, "read", &["Running"]).await;
     let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(reads)).await;
-    ok(tool("helm", &["uninstall", "configpath", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("configpath", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     std::fs::remove_dir_all(&elsewhere).unwrap();
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
@@ -1164,7 +1168,7 @@ impl TlsRegistry {
     }
 
     async fn end(self) {
-        ok(tool("helm", &["uninstall", self.release, "-n", &self.ns, "--wait", "--timeout", "180s"]));
+        helm_uninstall(self.release, &self.ns);
         wait_hosts_toml(&self.address(), "after uninstall", |t| t.is_none()).await;
         assert!(!node().hosts_dir().join(self.address()).exists(), "a file of ours was left");
         plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
@@ -1369,7 +1373,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     wait_published(&client, &ns, "hosting", "the registry after the upgrade", |d| d.host.as_deref() == Some(&host))
         .await;
 
-    ok(tool("helm", &["uninstall", "published", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("published", &ns);
     let left = wait_until(SOON, || async { release_objects("published").trim().is_empty().then_some(()) }).await;
     assert!(left.is_some(), "objects remain after uninstall: {}", release_objects("published"));
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew the ConfigMap");
@@ -1450,7 +1454,7 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
         assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{own}\"]")));
     }
     wait_pod_metrics(&client, &ns, "controller", |text| text.contains("node_addresses_refused 0\n")).await;
-    ok(tool("helm", &["uninstall", "trust", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("trust", &ns);
     for address in ["quay.io", "registry.k8s.io", own.as_str()] {
         wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
     }
@@ -1552,7 +1556,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     apply_in(&client, &ns, app_pod("without-mirror", image)).await;
     let failed = wait_waiting(&client, &ns, "without-mirror", "registry-1.docker.io").await;
     println!("without the mirror, containerd says: {}", failed);
-    ok(tool("helm", &["uninstall", "mirror", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("mirror", &ns);
     wait_hosts_toml(&tenant_own, "after uninstall", |t| t.is_none()).await;
     assert!(!docker_dir.exists(), "nothing of ours is left for docker.io");
     for ns in [&ns, &tenant_ns] {
@@ -1602,7 +1606,7 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
 
     // Fixed, the registry is followed again; uninstalled, nothing of ours is left.
     clusterip_registry(&client, &ns, json!({})).await;
-    ok(tool("helm", &["uninstall", "keepplan", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("keepplan", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
@@ -1681,7 +1685,7 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     // Running again (resumed, or restarted by its liveness probe): configured.
     wait_doctor(&ns, |r| r.contains(&configured)).await;
 
-    ok(tool("helm", &["uninstall", "nodestate", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("nodestate", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     // The state goes with the agents' DaemonSet, which owns it.
     let gone = wait_until(SOON, || async { node_state(&client, &ns).await.is_none().then_some(()) }).await;
@@ -1714,6 +1718,6 @@ async fn doctor_shows_why_a_node_agent_pod_is_not_running_in_the_kubelets_words(
     assert!(report.contains(&format!("/nonexistent-{ns}")), "the kubelet's own words name the path: {report}");
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(summary.contains("Node pulls"), "{report}");
-    ok(tool("helm", &["uninstall", "agentwhy", "-n", &ns, "--wait", "--timeout", "180s"]));
+    helm_uninstall("agentwhy", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
