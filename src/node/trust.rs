@@ -72,8 +72,9 @@ impl AddressPattern {
         }
         match (&self.host, &host) {
             (HostPattern::Exactly(wanted), host) => wanted == host,
+            // A checked name has no empty label, so a head ending in '.' holds one label at least.
             (HostPattern::Under(suffix), Host::Name(name)) => {
-                name.strip_suffix(suffix.as_str()).is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+                name.strip_suffix(suffix.as_str()).is_some_and(|head| head.ends_with('.'))
             }
             (HostPattern::Under(_), _) => false,
         }
@@ -129,6 +130,7 @@ mod tests {
         assert!(under.matches("a.corp.example:5000"));
         assert!(under.matches("a.b.corp.example:5000"));
         assert!(!under.matches("corp.example:5000"));
+        assert!(!under.matches(".corp.example:5000"), "no name");
         assert!(!under.matches("evilcorp.example:5000"));
         assert!(!under.matches("a.corp.example:5001"));
         assert!(pattern("*.corp.example").matches("a.corp.example"));

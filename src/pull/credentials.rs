@@ -166,7 +166,11 @@ mod tests {
         assert_eq!((token.username.as_str(), token.secret.as_str()), (TOKEN_USERNAME, "abc"));
         let named = Credentials::from_source(&data(&[("token", "abc"), ("username", "gitlab-ci-token")])).unwrap();
         assert_eq!(named.username, "gitlab-ci-token");
-        assert!(!format!("{token:?}").contains("abc"), "Debug never prints the secret");
+        assert_eq!(
+            format!("{token:?}"),
+            format!("Credentials {{ username: {TOKEN_USERNAME:?}, secret: \"<redacted>\" }}"),
+            "Debug never prints the secret"
+        );
 
         for (pairs, expected) in [
             (vec![], "neither"),
@@ -186,7 +190,8 @@ mod tests {
         let huge = "t".repeat(MAX_LEN + 1);
         assert!(Credentials::from_source(&data(&[("token", &huge)])).unwrap_err().contains("longer than"));
         assert!(Credentials::new(Some(String::new()), "t".into()).unwrap_err().contains("empty"));
-        assert!(Credentials::new(None, "t".repeat(MAX_LEN)).is_ok(), "the longest taken");
+        assert!(Credentials::new(None, "t".repeat(64 * 1024)).is_ok(), "the README promises 64 KiB");
+        assert!(Credentials::new(None, "t".repeat(64 * 1024 + 1)).is_err());
     }
 
     #[test]

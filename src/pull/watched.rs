@@ -59,3 +59,42 @@ impl Keep<ServiceAccount> for ServiceAccount {
         account
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_secret_keeps_its_data_and_only_our_managers_entry_and_an_account_all_but_its_managers() {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "local-registry-pull", "namespace": "team-a", "resourceVersion": "9",
+                "managedFields": [
+                    {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}},
+                    {"manager": crate::keys::MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:data": {}}}]},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": "e30="}
+        }))
+        .unwrap();
+        let kept = serde_json::to_value(Secret::keep(secret)).unwrap();
+        assert_eq!(kept["data"], json!({".dockerconfigjson": "e30="}));
+        assert_eq!(kept["type"], "kubernetes.io/dockerconfigjson");
+        assert_eq!(kept["metadata"]["resourceVersion"], "9");
+        assert_eq!(
+            kept["metadata"]["managedFields"],
+            json!([{"manager": crate::keys::MANAGER, "operation": "Apply", "fieldsType": "FieldsV1"}])
+        );
+
+        let account: ServiceAccount = serde_json::from_value(json!({
+            "metadata": {"name": "default", "namespace": "team-a", "resourceVersion": "3",
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]},
+            "imagePullSecrets": [{"name": "local-registry-pull"}]
+        }))
+        .unwrap();
+        let kept = serde_json::to_value(ServiceAccount::keep(account)).unwrap();
+        assert_eq!(kept["imagePullSecrets"], json!([{"name": "local-registry-pull"}]));
+        assert_eq!(kept["metadata"]["resourceVersion"], "3");
+        assert!(kept["metadata"].get("managedFields").is_none());
+    }
+}

@@ -178,4 +178,53 @@ mod tests {
         );
         assert!(kept.get("status").is_none());
     }
+
+    #[test]
+    fn an_external_name_a_proxys_ports_a_nodes_addresses_and_a_namespaces_name_are_kept() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "outside", "namespace": "reg"},
+            "spec": {"type": "ExternalName", "externalName": "registry.example.test", "sessionAffinity": "None"}
+        }))
+        .unwrap();
+        let kept = serde_json::to_value(Service::keep(svc)).unwrap();
+        assert_eq!(kept["spec"], json!({"type": "ExternalName", "externalName": "registry.example.test"}));
+
+        let proxy: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "registry-proxy", "namespace": "kube-system", "labels": {"a": "b"},
+                "annotations": {"deprecated.daemonset.template.generation": "1"}},
+            "spec": {"selector": {"matchLabels": {"registry-proxy": "true"}}, "revisionHistoryLimit": 10,
+                "template": {"metadata": {"labels": {"registry-proxy": "true"}},
+                    "spec": {"nodeSelector": {"a": "b"}, "containers": [{"name": "proxy", "image": "proxy:1",
+                        "ports": [{"name": "registry", "containerPort": 80, "hostPort": 5000}]}]}}},
+            "status": {"numberReady": 1, "currentNumberScheduled": 1, "desiredNumberScheduled": 1,
+                "numberMisscheduled": 0}
+        }))
+        .unwrap();
+        let kept = serde_json::to_value(DaemonSet::keep(proxy)).unwrap();
+        assert_eq!(kept["metadata"], json!({"name": "registry-proxy", "namespace": "kube-system"}));
+        assert_eq!(
+            kept["spec"],
+            json!({"selector": {"matchLabels": {"registry-proxy": "true"}},
+                "template": {"spec": {"containers": [{"name": "proxy",
+                    "ports": [{"name": "registry", "containerPort": 80, "hostPort": 5000}]}]}}})
+        );
+        assert!(kept.get("status").is_none());
+
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "node-1", "labels": {"kubernetes.io/os": "linux"}},
+            "spec": {"podCIDR": "10.244.0.0/24"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}],
+                "nodeInfo": {"containerRuntimeVersion": "containerd://2.2.0", "architecture": "amd64",
+                    "bootID": "", "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                    "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}}
+        }))
+        .unwrap();
+        let kept = serde_json::to_value(Node::keep(node)).unwrap();
+        assert_eq!(kept["metadata"], json!({"name": "node-1"}));
+        assert!(kept.get("spec").is_none());
+        assert_eq!(kept["status"], json!({"addresses": [{"type": "InternalIP", "address": "172.18.0.2"}]}));
+
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
+        assert_eq!(<String as Keep<Namespace>>::keep(namespace), "team-a");
+    }
 }

@@ -483,6 +483,17 @@ mod tests {
                 expect(Some("localhost:5001"), None, Some("zot.reg.svc.cluster.local:80"), None),
             ),
             (
+                "hostPort on the registry pods, numeric target",
+                {
+                    let mut cluster =
+                        labelled(service("reg", "zot").selector(&[("app", "zot")]).port(None, 5000, None));
+                    cluster.pods.push(pod("reg", "zot-1", &[("app", "zot")], 5000, None, Some(5002)));
+                    cluster
+                },
+                &settings,
+                expect(Some("localhost:5002"), None, Some("zot.reg.svc.cluster.local:5000"), None),
+            ),
+            (
                 "hostPort, node InternalIP",
                 with_pod_host_port(labelled(
                     service("reg", "zot").selector(&[("app", "zot")]).port_target(None, 80, "http"),
@@ -580,6 +591,19 @@ mod tests {
     }
 
     #[test]
+    fn an_external_name_without_ports_publishes_its_name_and_no_example_that_fails_is_suggested() {
+        let portless = labelled(service("reg", "ext").type_("ExternalName").external_name("registry.corp.example"));
+        let document = publish(&portless, &Settings::default()).expect("an ExternalName needs no port");
+        assert_eq!(document.host_from_cluster_network.as_deref(), Some("registry.corp.example"));
+
+        // "127.0.0.1:0" breaks the port rule as "localhost:0" does: no example is given.
+        let port_zero =
+            labelled(service("reg", "ext").type_("ExternalName").external_name("localhost").port(None, 0, None));
+        let problem = publish(&port_zero, &Settings::default()).expect_err("port 0");
+        assert!(!problem.message.contains("for example"), "{}", problem.message);
+    }
+
+    #[test]
     fn annotations_override_each_value_and_an_empty_one_removes_it() {
         let settings = Settings { help_url: Some("https://docs.example/registry".into()), ..Settings::default() };
         let cluster = labelled(
@@ -630,6 +654,9 @@ mod tests {
         let problem = publish(&labelled(two()), &Settings::default()).unwrap_err();
         assert_eq!(problem.fault, Fault::AmbiguousPort);
         assert!(problem.message.contains("http=80, debug=5001"), "{}", problem.message);
+        let unnamed = service("reg", "zot").port(Some(""), 80, None).port(Some("debug"), 5001, None);
+        let problem = publish(&labelled(unnamed), &Settings::default()).unwrap_err();
+        assert!(problem.message.contains("(80, debug=5001)"), "an empty name is no name: {}", problem.message);
         let annotated = publish(&labelled(two().annotation(annotations::PORT, "debug")), &Settings::default()).unwrap();
         assert_eq!(annotated.host_from_cluster_network.as_deref(), Some("zot.reg.svc.cluster.local:5001"));
         let named = publish(&labelled(two().port(Some("registry"), 5000, None)), &Settings::default()).unwrap();

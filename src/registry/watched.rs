@@ -135,3 +135,29 @@ pub(super) fn fixed(interest: &mut Interest, settings: &crate::settings::Setting
     }
     interest.configmap.insert(WatchKey::in_namespace(&settings.configmap_namespace).named(&settings.configmap_name));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_nodes_name_and_the_stored_configmap_are_what_is_kept() {
+        let node: PartialObjectMeta<Node> =
+            serde_json::from_value(json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "microk8s-1", "labels": {"microk8s.io/cluster": "true"}}}))
+            .unwrap();
+        assert_eq!(<String as Keep<PartialObjectMeta<Node>>>::keep(node), "microk8s-1");
+
+        let configmap: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "local-registry-hosting", "namespace": "kube-public", "uid": "u-1",
+                "resourceVersion": "7", "labels": {"app.kubernetes.io/managed-by": "kind"}},
+            "data": {"localRegistryHosting.v1": "host: \"localhost:5001\"\n"}
+        }))
+        .unwrap();
+        let stored = Stored::keep(configmap.clone());
+        assert_eq!(stored, Stored::read(&configmap));
+        assert_eq!(stored.writer.as_deref(), Some("kind"));
+        assert_eq!(stored.uid.as_deref(), Some("u-1"));
+    }
+}

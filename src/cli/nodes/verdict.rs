@@ -334,4 +334,45 @@ mod tests {
             matches!(line(&n1, &linux(), Some(&pod("Running", true)), Some(&foreign), &[]), Line::Wrong(s) if s.contains("a:5000 (foreign"))
         );
     }
+
+    #[test]
+    fn an_unscheduled_pod_says_the_schedulers_words_and_no_other_pods_warning() {
+        let n1 = node("n1", "containerd://2.4.2", &[("kubernetes.io/os", "linux")], &[]);
+        let mut unscheduled = pod("Pending", false);
+        unscheduled.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/2 nodes are available: 2 Insufficient memory.".into()),
+            ..PodCondition::default()
+        });
+        let about = |kind: &str, name: &str| Event {
+            type_: Some("Warning".into()),
+            reason: Some(format!("About{kind}")),
+            note: Some(format!("{kind} {name}")),
+            regarding: Some(ObjectReference {
+                kind: Some(kind.into()),
+                name: Some(name.into()),
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        let events = [about("Pod", "agent-y"), about("Node", "agent-x")];
+        let Line::Wrong(said) = line(&n1, &linux(), Some(&unscheduled), None, &events) else { panic!("pending") };
+        assert_eq!(
+            said,
+            "its node agent pod agent-x is Pending, not Running: Unschedulable: 0/2 nodes are available: 2 Insufficient \
+             memory."
+        );
+    }
+
+    #[test]
+    fn docker_is_told_its_own_setting_and_every_line_says_its_text() {
+        let said = unsupported("docker://28.1.1").expect("docker does not read hosts.toml");
+        assert!(said.contains("\"docker://28.1.1\"") && said.contains("dockerd's insecure-registries"), "{said}");
+        assert_eq!(unsupported("containerd://2.4.2"), None);
+        for line in [Line::Configured("a".into()), Line::NotCovered("a".into()), Line::Wrong("a".into())] {
+            assert_eq!(line.said(), "a", "{line:?}");
+        }
+    }
 }
