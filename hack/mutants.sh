@@ -8,7 +8,7 @@
 #                                   writes the summaries of the last run of those parts (or of the run named) again,
 #                                   after a reason was added to docs/mutants/equivalent.txt
 #
-# The parts named are one cargo-mutants run (one baseline build), summarised part by part. A part takes 15 to 55
+# The parts named are one cargo-mutants run (one baseline build), summarised part by part. A part takes 5 to 35
 # minutes on 2 cores (docs/development.md); the full report of a run stays in target/mutants/<parts>/mutants.out.
 set -euo pipefail
 
