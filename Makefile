@@ -82,7 +82,7 @@ fuzz:
 ## mutants: cargo-mutants over the pure core in five parts (MUTANTS_PART: core = hosting, publish, keys, settings,
 ## watching; registry; node; pull; cli = doctor's pure parts), with the library's unit, property and grammar tests,
 ## in one run; each part's summary (the commit, caught, missed, timeouts, unviable, the score per module, why each
-## missed mutant is left) is kept in docs/mutants/<part>.md. About 90 minutes for all on 2 cores, testing two
+## missed mutant is left) is kept in docs/mutants/<part>.md. About 100 minutes for all on 2 cores, testing two
 ## mutants at once (MUTANTS_JOBS), so not part of `make test` or CI.
 MUTANTS_PART ?= core registry node pull cli
 MUTANTS_JOBS ?= 2
