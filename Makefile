@@ -4,10 +4,14 @@ CARGO ?= cargo
 
 .PHONY: demo test test-containerd-window bench lint tools up up-node manifests image dist version fuzz mutants install
 
-## demo: start the local control plane, publish a sample registry, follow a change, stop everything
-demo: tools
-	$(CARGO) build --quiet --bin local-registry-publisher -p local-registry-publisher
-	$(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
+## demo: start the local control plane, publish a sample registry, follow a change, stop everything. Builds the
+## demo's tools only (hack/tools.sh demo: Kubernetes 1.36 and its node, etcd, kwok, containerd, runc, the CNI plugins,
+## CoreDNS, crane), not the tested window's nor the release tooling
+demo:
+	@tools=$$(hack/tools.sh demo) && \
+	  echo "[demo] building the controller" && \
+	  $(CARGO) build --quiet --bin local-registry-publisher -p local-registry-publisher && \
+	  LRP_TOOLS_DIR=$$tools $(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
 ## test: build the tools and the controller image if needed, then run every unit and integration test on the main
 ## pin, and the cluster test files again on the tested window's other ends (the chart's floor and the newest minor)
@@ -91,11 +95,10 @@ mutants:
 
 ## lint: formatting, clippy, every dependency's license and RustSec advisories (cargo-deny, deny.toml), and the
 ## GitHub workflows (actionlint, with shellcheck over their scripts), as CI runs them
-DENY_VERSION := 0.20.2
 lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	hack/deny.sh "$$(hack/cargo-tool.sh cargo-deny $(DENY_VERSION))"
+	hack/deny.sh
 	"$$(hack/tools.sh --dir)/actionlint" -shellcheck "$$(command -v shellcheck)"
 
 ## version: move the crate, the chart, the manifests, the Dockerfile and the CHANGELOG to VERSION (hack/version.sh)
@@ -114,10 +117,10 @@ manifests: tools
 tools:
 	@hack/tools.sh >/dev/null
 
-## up: start the local control plane for debugging and print its KUBECONFIG
-up: tools
-	$(CARGO) run --quiet -p testbed -- up
+## up: start the local control plane for debugging and print its KUBECONFIG (the demo's tools and helm)
+up:
+	@tools=$$(hack/tools.sh demo helm) && LRP_TOOLS_DIR=$$tools $(CARGO) run --quiet -p testbed -- up
 
 ## up-node: the same with a real node (containerd, kubelet, kube-proxy, CoreDNS); needs root and cgroups
-up-node: tools
-	$(CARGO) run --quiet -p testbed -- up --real-node
+up-node:
+	@tools=$$(hack/tools.sh demo helm) && LRP_TOOLS_DIR=$$tools $(CARGO) run --quiet -p testbed -- up --real-node

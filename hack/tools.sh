@@ -3,8 +3,12 @@
 # crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft) into a cache outside the work tree, after
 # installing the Debian packages they need.
 #
-#   hack/tools.sh            build whatever is missing, then print the directory holding the binaries
-#   hack/tools.sh --dir      print that directory only (exit 1 when something is not built yet)
+#   hack/tools.sh [SET|TOOL...]        build whatever is missing, then print the directory holding the binaries
+#   hack/tools.sh --dir [SET|TOOL...]  print that directory only (exit 1 when something is not built yet)
+#
+# With no name every tool is built (`make test`, `make lint`); `demo` names the demo's own tools (`make demo`,
+# `make up`), so a first demo does not wait for the tested window's control planes, the older containerd, krew,
+# syft and actionlint. A name may also be one tool's (helm, k8s-1.25).
 #
 # Each tool is one Go module under tools/<name> (go.mod and go.sum committed). A build lands in
 # $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum, the module's own sources and this script>/ and is reused until one of those
@@ -61,6 +65,10 @@ tools() {
   echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
   echo "syft|$(module_version syft github.com/anchore/syft)|syft=github.com/anchore/syft/cmd/syft"
 }
+
+# The tools `make demo` runs: the control plane and kubectl (k8s), etcd, kwok, and the real node (containerd, runc,
+# the CNI plugins, CoreDNS, and crane, which is the demo's registry and pushes to it).
+demo_tools="k8s etcd kwok containerd runc cni coredns crane"
 
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
 # portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`); jq
@@ -175,11 +183,22 @@ build_tool() {
 main() {
   shopt -s extglob
   local only_dir=0
-  [ "${1:-}" = "--dir" ] && only_dir=1
-  local started all_keys="" line name version targets key dir missing=0
+  [ "${1:-}" = "--dir" ] && { only_dir=1; shift; }
+  local wanted="" set=all arg
+  for arg in "$@"; do
+    case $arg in
+      demo) wanted+=" $demo_tools" ;;
+      all) wanted="" ; break ;;
+      *) wanted+=" $arg" ;;
+    esac
+  done
+  [ -n "$wanted" ] && set=$(echo "$@" | tr ' ' '+')
+  local started all_keys="" line name version targets key dir missing=0 names=""
   started=$(date +%s)
   [ $only_dir = 1 ] || ensure_debian_packages
   while IFS='|' read -r name version targets; do
+    if [ -n "$wanted" ] && [[ " $wanted " != *" $name "* ]]; then continue; fi
+    names+=" $name"
     key=$(key_of "$name" "$targets")
     dir="$cache/tools/$name-$version-$key"
     all_keys+="$name-$version-$key "
@@ -188,15 +207,19 @@ main() {
       build_tool "$name" "$version" "$targets" "$dir"
     fi
   done < <(tools)
-  [ $missing = 0 ] || { echo "[tools] not built yet: run hack/tools.sh" >&2; exit 1; }
-  local bin="$cache/bin-$(echo "$all_keys" | sha256sum | cut -c1-12)"
+  local unknown=""
+  for arg in $wanted; do [[ " $names " == *" $arg "* ]] || unknown+=" $arg"; done
+  [ -z "$unknown" ] || { echo "[tools] no such tool:$unknown (the tools: $(tools | cut -d'|' -f1 | xargs))" >&2; exit 2; }
+  [ $missing = 0 ] || { echo "[tools] not built yet: run hack/tools.sh $*" >&2; exit 1; }
+  # One directory of links per set, so `make demo` and `make test` do not take each other's away.
+  local bin="$cache/bin-$set-$(echo "$all_keys" | sha256sum | cut -c1-12)"
   if [ ! -d "$bin" ]; then
     mkdir -p "$bin.partial"
     for key in $all_keys; do ln -sf "$cache/tools/$key/bin/"* "$bin.partial/"; done
     mv "$bin.partial" "$bin"
-    find "$cache" -maxdepth 1 -name 'bin-*' ! -path "$bin" -exec rm -rf {} + 2>/dev/null || true
+    find "$cache" -maxdepth 1 -name "bin-$set-*" ! -path "$bin" -exec rm -rf {} + 2>/dev/null || true
   fi
-  [ $only_dir = 1 ] || echo "[tools] all tools ready in $(elapsed "$started"): $bin" >&2
+  [ $only_dir = 1 ] || echo "[tools] ready in $(elapsed "$started") ($set:$names): $bin" >&2
   echo "$bin"
 }
 
