@@ -504,6 +504,53 @@ async fn helm_install_upgrade_and_uninstall_leave_nothing_behind() {
         "objects remain after uninstall: {}",
         ok(tool("kubectl", &["get", kinds, "-A", "-l", &selector, "-o", "name"]))
     );
+    // What stays, as the README's uninstall section says with the command that removes it: the NodePullState CRD,
+    // which Helm installs from crds/ with every release (this one had the node agent off) and never deletes.
+    let crd = "nodepullstates.local-registry-publisher.io";
+    assert!(ok(tool("kubectl", &["get", "crd", crd, "-o", "name"])).contains(crd));
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let uninstall = readme.split("`helm uninstall` leaves").nth(1).unwrap_or_default();
+    let said = uninstall.split("\n\n").next().unwrap_or_default();
+    assert!(said.contains(&format!("kubectl delete crd {crd}")) && said.contains("nodeAgent.enabled"), "{said}");
+}
+
+/// Each list and map value taken out again the way the README says (`--reset-then-reuse-values --set <value>=null`):
+/// the release's Deployment, DaemonSet and RBAC no longer carry it, while the others stay until their turn. And
+/// `--reuse-values`, which the README warns against, keeps a value set to null while `helm get values` hides it.
+#[tokio::test]
+async fn a_list_or_map_value_taken_out_as_the_readme_says_leaves_nothing_of_it_in_the_release() {
+    let (release, ns) = ("takeout", "lrp-takeout");
+    let mirror = "nodeAgent.mirrors[0].upstream=docker.io,nodeAgent.mirrors[0].endpoint=http://cache.example:5000";
+    let values = format!(
+        "nodeAgent.enabled=true,{mirror},nodeAgent.allowedAddresses={{registry.corp.example:5000}},\
+         nodeAgent.caBundles={{registry-ca}},nodeAgent.nodeSelector.disktype=ssd"
+    );
+    ok(tool("helm", &["install", release, &chart(), "-n", ns, "--create-namespace", "--set", &values]));
+    let manifest = || ok(tool("helm", &["get", "manifest", release, "-n", ns]));
+    let upgrade = |how: &str, set: &str| ok(tool("helm", &["upgrade", release, &chart(), "-n", ns, how, "--set", set]));
+    // What each value renders: the controller's flags, the CA bundles' ClusterRole, the agents' node selector.
+    let carried = [
+        ("nodeAgent.mirrors", "--node-mirrors=docker.io=http://cache.example:5000"),
+        ("nodeAgent.allowedAddresses", "--node-allowed-addresses=registry.corp.example:5000"),
+        ("nodeAgent.caBundles", "takeout-local-registry-publisher-ca-bundles"),
+        ("nodeAgent.nodeSelector.disktype", "disktype: ssd"),
+    ];
+    for (index, (value, mark)) in carried.iter().enumerate() {
+        let before = manifest();
+        for (_, still) in &carried[index..] {
+            assert!(before.contains(still), "{still} is not rendered before its turn:\n{before}");
+        }
+        upgrade("--reset-then-reuse-values", &format!("{value}=null"));
+        let after = manifest();
+        assert!(!after.contains(mark), "{value}=null, as the README says, still renders {mark}:\n{after}");
+    }
+
+    // The way the README warns against: the mirror stays rendered, though `helm get values` no longer lists it.
+    upgrade("--reset-then-reuse-values", mirror);
+    upgrade("--reuse-values", "nodeAgent.mirrors=null");
+    assert!(!ok(tool("helm", &["get", "values", release, "-n", ns])).contains("docker.io"));
+    assert!(manifest().contains(carried[0].1), "--reuse-values took the mirror out: the README's warning is wrong");
+    ok(tool("helm", &["uninstall", release, "-n", ns, "--wait"]));
 }
 
 /// The chart installed once with its default values (kube-public, leader election): the identity the RBAC tests
