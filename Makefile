@@ -83,12 +83,13 @@ bench: tools
 fuzz:
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --lib hosting::grammar_tests
 
-## mutants: cargo-mutants over the pure core in five parts (MUTANTS_PART: core = hosting, publish, keys, settings,
-## watching; registry; node; pull; cli = doctor's pure parts), with the library's unit, property and grammar tests,
+## mutants: cargo-mutants over the pure core (src/pure.md) in six parts (MUTANTS_PART: core = hosting, publish, keys,
+## settings, watching; registry; node (with its api); agent = the agent's state derivation and containerd's files and
+## config; pull; cli = doctor's pure parts), with the library's unit, property and grammar tests,
 ## in one run; each part's summary (the commit, caught, missed, timeouts, unviable, the score per module, why each
 ## missed mutant is left) is kept in docs/mutants/<part>.md. About 100 minutes for all on 2 cores, testing two
 ## mutants at once (MUTANTS_JOBS), so not part of `make test` or CI.
-MUTANTS_PART ?= core registry node pull cli
+MUTANTS_PART ?= core registry node agent pull cli
 MUTANTS_JOBS ?= 2
 mutants:
 	MUTANTS_JOBS=$(MUTANTS_JOBS) hack/mutants.sh $(MUTANTS_PART)
@@ -106,8 +107,10 @@ version:
 	@[ -n "$(VERSION)" ] || { echo "usage: make version VERSION=x.y.z" >&2; exit 2; }
 	hack/version.sh $(VERSION)
 
-## manifests: render deploy/ from the chart's default values and the chart's README from values.yaml (tests fail when either is stale)
+## manifests: render deploy/ from the chart's default values, the chart's README from values.yaml and its NodePullState
+## CRD from the Rust type (tests fail when any is stale)
 manifests: tools
+	$(CARGO) run --quiet --bin local-registry-publisher -p local-registry-publisher -- crd > charts/local-registry-publisher/crds/nodepullstates.yaml
 	$(CARGO) run --quiet -p testbed -- values-docs charts/local-registry-publisher > charts/local-registry-publisher/README.md
 	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
 	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \

@@ -226,8 +226,9 @@ async fn main() {
          |---|---|---|---|---|---|---|\n{rows}\n\
          The API server's memory grows by {slope_kib:.0} KiB per agent between 1 and {} agents (the agents' watches, \
          their NodePullStates and Events); on that slope 5,000 nodes would take it to about {at_5000_mib:.0} MiB, and \
-         each change of the plan would cost about {requests_5000:.0} requests (one state write and one Event per node, \
-         spread over the agents' own passes). Each agent holds one watch, filtered to the plan's ConfigMap by name on \
+         each change of the plan would cost about {requests_5000:.0} requests (each node's state written once; an \
+         agent's Event goes out only when its node's Configured condition changes, which a port change does not), \
+         spread over the agents' own passes. Each agent holds one watch, filtered to the plan's ConfigMap by name on \
          the server, so an agent's memory does not grow with the cluster. One run on a shared 2-core machine where \
          100 agent processes compete with the API server for the cores: the tail at 100 agents is that contention \
          as much as the API server's fan-out, and the API server's resident memory moves with Go's garbage \

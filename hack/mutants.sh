@@ -2,7 +2,7 @@
 # Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
 # commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
 #
-#   hack/mutants.sh [PART ...]     parts: core registry node pull cli (default: all five, in one run)
+#   hack/mutants.sh [PART ...]     parts: core registry node agent pull cli (default: all six, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
 #   MUTANTS_SUMMARISE_ONLY=1 [MUTANTS_RUN=<parts+...>] hack/mutants.sh [PART ...]
 #                                   writes the summaries of the last run of those parts (or of the run named) again,
@@ -20,10 +20,11 @@ files_of() {
   case $1 in
     core) echo "src/hosting/*.rs src/publish/*.rs src/keys.rs src/settings.rs src/watching.rs" ;;
     registry) echo "src/registry/*.rs" ;;
-    node) echo "src/node/*.rs" ;;
+    node) echo "src/node/*.rs src/node/api/*.rs" ;;
+    agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
     cli) echo "src/cli/nodes/verdict.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
-    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, pull, cli)" >&2; return 2 ;;
+    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli)" >&2; return 2 ;;
   esac
 }
 
@@ -89,7 +90,7 @@ summarise() {
 
 main() {
   local parts=("$@") part args=() commit run status=0
-  [ ${#parts[@]} -gt 0 ] || parts=(core registry node pull cli)
+  [ ${#parts[@]} -gt 0 ] || parts=(core registry node agent pull cli)
   for part in "${parts[@]}"; do
     files_of "$part" >/dev/null
     for f in $(files_of "$part"); do args+=(--file "$f"); done

@@ -74,6 +74,10 @@ pub async fn run(args: Args) -> ExitCode {
                 }
             };
         }
+        Some(Command::Crd) => {
+            print!("{}", crate::node::api::state::crd_file());
+            return ExitCode::SUCCESS;
+        }
         Some(Command::Probe { address }) => {
             let result = crate::cli::probe::probe(address).await;
             crate::cli::text::print(&format!("{address}: {}", result.summary));
@@ -97,8 +101,8 @@ pub async fn run(args: Args) -> ExitCode {
         }
         None => {}
     }
-    let mut settings = args.publish.settings();
-    args.node_plan.apply(&mut settings);
+    let settings = args.publish.settings();
+    let node_plan = args.node_plan.target();
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -145,7 +149,7 @@ pub async fn run(args: Args) -> ExitCode {
             warn!(namespace = %safe(&namespace), "{}", safe(&said));
         }
     });
-    let controller = Controller::new(client, settings, Context::new(metrics, health, leading));
+    let controller = Controller::new(client, settings, Context::new(metrics, health, leading)).node_plan(node_plan);
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
@@ -172,6 +176,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
     let settings = crate::agent::AgentSettings {
         namespace: pod::namespace(),
         configmap: agent.node_plan_configmap.clone(),
+        runtime: agent.runtime,
         hosts_dir: agent.hosts_dir.clone(),
         daemonset: agent.daemonset.clone(),
         node_name: agent.node_name.clone(),

@@ -125,6 +125,10 @@ pub enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Print the CustomResourceDefinition of NodePullState, generated from its type: the chart's crds/ file
+    /// (`make manifests` writes it).
+    #[command(hide = true)]
+    Crd,
     /// Probe one registry address (GET /v2/ over HTTPS, then HTTP) and exit 0 if a registry answers; what
     /// doctor --from-cluster runs in its pod.
     #[command(hide = true)]
@@ -339,16 +343,26 @@ pub struct NodePlanArgs {
 }
 
 impl NodePlanArgs {
-    pub fn apply(&self, settings: &mut Settings) {
-        settings.node_plan = self.node_plan_configmap.clone().map(|name| crate::settings::NodePlanTarget {
+    /// Where the node plan is kept, in this process's namespace; `None` without --node-plan-configmap.
+    pub fn target(&self) -> Option<crate::node::NodePlanTarget> {
+        self.node_plan_configmap.clone().map(|name| crate::node::NodePlanTarget {
             namespace: crate::pod::namespace(),
             name,
             rules: crate::node::Rules {
                 allowed: self.node_allowed_addresses.clone(),
                 mirrors: self.node_mirrors.clone(),
             },
-        });
+        })
     }
+}
+
+/// The container runtimes the node agent can configure (`--runtime`): each one implementation of
+/// `agent::runtime::NodeRuntime` that passes its conformance suite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// containerd: a hosts.toml per planned address under its registry config_path.
+    #[default]
+    Containerd,
 }
 
 /// What the node agent reads and writes.
@@ -357,6 +371,10 @@ pub struct NodeAgentArgs {
     /// The ConfigMap holding the node plan, in POD_NAMESPACE: the controller's --node-plan-configmap.
     #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
     pub node_plan_configmap: String,
+
+    /// The node's container runtime, whose configuration the agent writes.
+    #[arg(long, env = "LRP_NODE_RUNTIME", value_enum, default_value_t = RuntimeKind::Containerd)]
+    pub runtime: RuntimeKind,
 
     /// containerd's hosts directory (its registry config_path) as mounted into the agent: one hosts.toml per
     /// planned address is written under it, and only files this agent wrote are ever changed or removed.
@@ -678,10 +696,8 @@ mod tests {
     fn mirrors_are_read_as_the_chart_renders_them_and_only_with_the_node_plan() {
         let flags =
             ["--node-plan-configmap=plan", "--node-mirrors=docker.io=service:cache/hub:5000,ghcr.io=http://c:5000"];
-        let mut settings = Settings::default();
-        parse(&flags).unwrap().node_plan.apply(&mut settings);
-        let mirrors: Vec<String> =
-            settings.node_plan.expect("on").rules.mirrors.iter().map(|m| m.to_string()).collect();
+        let target = parse(&flags).unwrap().node_plan.target();
+        let mirrors: Vec<String> = target.expect("on").rules.mirrors.iter().map(|m| m.to_string()).collect();
         assert_eq!(mirrors, ["docker.io=service:cache/hub:5000", "ghcr.io=http://c:5000"]);
         assert!(parse(&flags[1..]).is_err(), "mirrors need the node plan");
         let error = parse(&["--node-plan-configmap=plan", "--node-mirrors=docker.io=cache:5000"]).expect_err("refused");

@@ -50,4 +50,31 @@ mod tests {
         assert_eq!(safe("tab\there\nnext"), "tab\\u{9}here\\u{a}next");
         assert!(matches!(safe("host: \"localhost:5000\" — ünïcode ok"), Cow::Borrowed(_)), "plain text is untouched");
     }
+
+    #[test]
+    fn every_invisible_range_is_escaped_to_its_ends_and_its_neighbours_are_not() {
+        // Each range's first and last character, and the visible characters just outside it: narrowing or widening
+        // any range fails here.
+        let ranges = [
+            ('\u{200b}', '\u{200f}'),
+            ('\u{202a}', '\u{202e}'),
+            ('\u{2060}', '\u{2069}'),
+            ('\u{feff}', '\u{feff}'),
+            ('\u{fff9}', '\u{fffb}'),
+            ('\u{e0000}', '\u{e007f}'),
+        ];
+        for (first, last) in ranges {
+            for inside in [first, last] {
+                let text = format!("a{inside}b");
+                assert_eq!(safe(&text), format!("a\\u{{{:x}}}b", u32::from(inside)), "U+{:04X}", u32::from(inside));
+            }
+            for outside in [u32::from(first) - 1, u32::from(last) + 1].into_iter().filter_map(char::from_u32) {
+                let text = format!("a{outside}b");
+                let kept = outside.is_control() || ranges.iter().any(|(f, l)| (*f..=*l).contains(&outside));
+                assert_eq!(safe(&text) == text, !kept, "U+{:04X}", u32::from(outside));
+            }
+        }
+        // A C1 control and DEL, at the ends of what is_control() takes beyond C0.
+        assert_eq!(safe("\u{7f}\u{80}\u{9f}\u{a0}"), "\\u{7f}\\u{80}\\u{9f}\u{a0}");
+    }
 }

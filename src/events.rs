@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::keys::MANAGER;
 
-/// What an Event is made of; every concern's notice type says it.
+/// What an Event is made of; every concern's notice type says it, beside its own definition.
 pub trait Tell: Send + Sync + 'static {
     fn regarding(&self) -> &ObjectReference;
     /// A bounded PascalCase label.
@@ -36,25 +36,17 @@ pub trait Tell: Send + Sync + 'static {
     fn occurrence(&self) -> bool {
         false
     }
-    /// The whole state of its object in one notice, posted first: when it is told anew, every other notice
-    /// about that object is told again after it, so a reader that trusts only what came with or after the latest
-    /// summary (`doctor`) still sees a trouble that began before it and lasts.
-    fn summary(&self) -> bool {
-        false
-    }
 }
 
-/// Every concern's notice has the same shape: the object, a reason enum, the message.
-macro_rules! tell_by_reason {
+/// `Tell` for a notice of the usual shape (`regarding`, a `reason` enum with `as_str`, a `message`), written beside
+/// the notice: `impl_tell!(Notice, |n| warning, |n| occurrence)`.
+macro_rules! impl_tell {
     ($notice:ty, $warning:expr) => {
-        tell_by_reason!($notice, $warning, |_: &$notice| false);
+        $crate::events::impl_tell!($notice, $warning, |_: &$notice| false);
     };
     ($notice:ty, $warning:expr, $occurrence:expr) => {
-        tell_by_reason!($notice, $warning, $occurrence, |_: &$notice| false);
-    };
-    ($notice:ty, $warning:expr, $occurrence:expr, $summary:expr) => {
-        impl Tell for $notice {
-            fn regarding(&self) -> &ObjectReference {
+        impl $crate::events::Tell for $notice {
+            fn regarding(&self) -> &k8s_openapi::api::core::v1::ObjectReference {
                 &self.regarding
             }
             fn reason(&self) -> &'static str {
@@ -69,28 +61,10 @@ macro_rules! tell_by_reason {
             fn occurrence(&self) -> bool {
                 $occurrence(self)
             }
-            fn summary(&self) -> bool {
-                $summary(self)
-            }
         }
     };
 }
-
-// A hold starting is told once per hold, by the pass that starts it.
-tell_by_reason!(
-    crate::publish::Notice,
-    |n: &crate::publish::Notice| n.reason.warning(),
-    |n: &crate::publish::Notice| n.reason == crate::publish::Reason::ConflictingWriter
-);
-// Every pull notice is a problem in some namespace.
-tell_by_reason!(crate::pull::Notice, |_: &crate::pull::Notice| true);
-// An agent's HostsConfigured is the summary of its node.
-tell_by_reason!(
-    crate::node::Notice,
-    |n: &crate::node::Notice| n.reason.warning(),
-    |_: &crate::node::Notice| false,
-    |n: &crate::node::Notice| n.reason == crate::node::Reason::HostsConfigured
-);
+pub(crate) use impl_tell;
 
 /// The Events API rejects longer notes.
 const NOTE_LIMIT: usize = 1024;
@@ -215,10 +189,10 @@ impl Poster {
         }
     }
 
-    /// Posts what is due ([`posting_order`]), and forgets the notices that went away.
+    /// Posts what is new or changed ([`posting_order`]), and forgets the notices that went away.
     async fn tell<N: Tell>(&mut self, notices: Arc<Vec<N>>) {
         let keyed: Vec<Keyed> = notices.iter().map(Keyed::of).collect();
-        let order = posting_order(&self.said, &notices, &keyed);
+        let order = posting_order(&self.said, &keyed);
         let current: BTreeSet<Key> = keyed.iter().map(|k| k.key).collect();
         let mut keyed: Vec<Option<Keyed>> = keyed.into_iter().map(Some).collect();
         let mut posts = Vec::new();
@@ -260,22 +234,9 @@ impl Keyed {
     }
 }
 
-/// The indexes of the notices to post, in the order their posts start: each one new or whose message changed since
-/// it was told, and every notice about an object whose summary is posted (see [`Tell::summary`]); summaries first.
-/// Each Event is stamped when its post starts, so what is told with a summary is never older than it.
-fn posting_order(said: &HashMap<Key, u64>, notices: &[impl Tell], keyed: &[Keyed]) -> Vec<usize> {
-    let changed: Vec<bool> = keyed.iter().map(|k| said.get(&k.key) != Some(&k.digest)).collect();
-    let summarised: BTreeSet<&str> = keyed
-        .iter()
-        .zip(notices)
-        .zip(&changed)
-        .filter(|((_, notice), changed)| **changed && notice.summary())
-        .map(|((k, _), _)| k.object.as_str())
-        .collect();
-    let mut order: Vec<usize> =
-        (0..keyed.len()).filter(|&i| changed[i] || summarised.contains(keyed[i].object.as_str())).collect();
-    order.sort_by_key(|&i| !notices[i].summary());
-    order
+/// The indexes of the notices to post: each one new or whose message changed since it was told.
+fn posting_order(said: &HashMap<Key, u64>, keyed: &[Keyed]) -> Vec<usize> {
+    (0..keyed.len()).filter(|&i| said.get(&keyed[i].key) != Some(&keyed[i].digest)).collect()
 }
 
 /// Creates the Event; returns what is now said, or `None` to try again with the next notices.
@@ -318,57 +279,52 @@ fn event(action: &str, instance: &str, notice: &impl Tell, namespace: &str, name
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::publish::{Notice, Reason};
+
+    /// A concern's notice as the Event task sees it: a state told while it lasts, or an occurrence told once.
+    #[derive(Clone, Debug)]
+    struct Notice {
+        regarding: ObjectReference,
+        reason: Reason,
+        message: String,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Reason {
+        NotPublished,
+        Published,
+        ConflictingWriter,
+    }
+
+    impl Reason {
+        fn as_str(self) -> &'static str {
+            match self {
+                Reason::NotPublished => "NotPublished",
+                Reason::Published => "Published",
+                Reason::ConflictingWriter => "ConflictingWriter",
+            }
+        }
+    }
+
+    impl_tell!(Notice, |_: &Notice| false, |n: &Notice| n.reason == Reason::ConflictingWriter);
 
     fn notice(name: &str, reason: Reason, message: &str) -> Notice {
         let regarding = ObjectReference { name: Some(name.into()), ..ObjectReference::default() };
-        Notice::new(&regarding, reason, message.to_string())
+        Notice { regarding, reason, message: message.to_string() }
     }
 
     #[test]
-    fn a_summary_told_anew_tells_every_current_notice_about_its_object_again() {
-        use crate::node::{Notice, Reason};
-        let regarding = |name: &str| ObjectReference { name: Some(name.into()), ..ObjectReference::default() };
-        let notice =
-            |name: &str, reason, message: &str| Notice { regarding: regarding(name), reason, message: message.into() };
-        let mismatch = notice("agent-a", Reason::ConfigPathMismatch, "containerd reads /etc/other");
-        let other_node = notice("agent-b", Reason::ForeignHostsFile, "a:1: a hosts.toml this agent did not write");
-        let first = [
-            notice("agent-a", Reason::HostsConfigured, "no published address needs a hosts.toml"),
-            mismatch.clone(),
-            other_node.clone(),
-        ];
+    fn only_a_new_notice_or_one_whose_message_changed_is_posted() {
+        let first =
+            [notice("zot", Reason::NotPublished, "no ready endpoint"), notice("harbor", Reason::Published, "a")];
         let mut said = HashMap::new();
         let keyed: Vec<Keyed> = first.iter().map(Keyed::of).collect();
-        assert_eq!(posting_order(&said, &first, &keyed), [0, 1, 2], "all new");
+        assert_eq!(posting_order(&said, &keyed), [0, 1], "all new");
         said.extend(keyed.iter().map(|k| (k.key, k.digest)));
-        assert_eq!(posting_order(&said, &first, &keyed), [0usize; 0], "nothing changed");
-        // The plan got an address: a new summary, the same mismatch, which must be told with it again.
+        assert_eq!(posting_order(&said, &keyed), [0usize; 0], "nothing changed");
         let second =
-            [notice("agent-a", Reason::HostsConfigured, "no published address is configured"), mismatch, other_node];
+            [notice("zot", Reason::NotPublished, "no ready endpoint"), notice("harbor", Reason::Published, "b")];
         let keyed: Vec<Keyed> = second.iter().map(Keyed::of).collect();
-        assert_eq!(
-            posting_order(&said, &second, &keyed),
-            [0, 1],
-            "the summary and its object's trouble, not another's"
-        );
-    }
-
-    #[test]
-    fn a_summary_is_posted_before_the_notices_told_with_it_wherever_it_stands() {
-        use crate::node::{Notice, Reason};
-        let regarding = ObjectReference { name: Some("agent-a".into()), ..ObjectReference::default() };
-        let notice = |reason, message: &str| Notice { regarding: regarding.clone(), reason, message: message.into() };
-        // The summary last in the pass's list: its post starts first all the same, so doctor, which trusts only
-        // what was told with or after the latest summary, never finds the trouble older than it.
-        let notices = [
-            notice(Reason::ConfigPathMismatch, "containerd reads /etc/other"),
-            notice(Reason::ForeignHostsFile, "a:1: a hosts.toml this agent did not write"),
-            notice(Reason::HostsConfigured, "no published address is configured"),
-        ];
-        assert!(notices[2].summary() && !notices[0].summary() && !notices[1].summary());
-        let keyed: Vec<Keyed> = notices.iter().map(Keyed::of).collect();
-        assert_eq!(posting_order(&HashMap::new(), &notices, &keyed), [2, 0, 1]);
+        assert_eq!(posting_order(&said, &keyed), [1], "only the changed message");
     }
 
     #[test]

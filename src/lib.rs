@@ -1,19 +1,13 @@
 //! local-registry-publisher keeps `kube-public/local-registry-hosting` (KEP-1755) true to the registry that runs in
 //! the cluster, so Tilt, Skaffold, ctlptl and in-cluster builders find it with no configuration.
 //!
-//! The pure core (no I/O; given objects and settings, it decides):
-//! - [`keys`]: the project's name and every label and annotation key it reads or writes;
-//! - [`settings`]: what the core is told, a plain value; [`watching`]: how it says what it wants watched;
-//! - [`hosting`]: the `localRegistryHosting.v1` document, its fields and rules, and the ConfigMap that carries it;
-//! - [`registry`]: which Services are registries, what each would publish, and what the publisher watches;
-//! - [`publish`]: the publisher's whole decision, in one call;
-//! - [`pull`]: the published registry's pull credentials, for namespaces that asked for them;
-//! - [`node`]: what each node's container runtime needs to pull every published address, and the node agent's
-//!   writes of it.
+#![doc = include_str!("pure.md")]
 //!
 //! Around it:
 //! - [`controller`]: one task per concern (the publisher, pull credentials, the node plan), each with its own
-//!   watches, retries, Events and metrics, and `withdraw` for the uninstall hook; [`agent`]: the node agent;
+//!   watches, retries, Events and metrics, and `withdraw` for the uninstall hook; [`agent`]: the node agent, its
+//!   node's runtime behind one trait (`agent::runtime`, containerd its one implementation, with a conformance
+//!   suite every implementation passes);
 //! - [`leader`]: leader election on a Lease; [`health`]: what the probes say; [`http`]: the probe and metrics
 //!   endpoints; [`metrics`]; [`metrics_auth`]: authentication and authorization in front of /metrics;
 //! - `events`: every concern's notices as Events, once each; [`escape`]: cluster text made safe for a terminal or
@@ -54,4 +48,8 @@ pub mod publish;
 pub mod pull;
 pub mod registry;
 pub mod settings;
+pub mod watch;
 pub mod watching;
+
+#[cfg(test)]
+mod purity_tests;

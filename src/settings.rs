@@ -31,24 +31,6 @@ pub struct Settings {
     pub take_over: bool,
     /// Distribute the published registry's pull credentials; `None` (the default) does not touch Secrets at all.
     pub pull_secrets: Option<PullSecrets>,
-    /// Keep the node plan (see [`crate::node`]) in this ConfigMap; `None` (the default) plans nothing.
-    pub node_plan: Option<NodePlanTarget>,
-}
-
-/// The ConfigMap node agents read their plan from: in the controller's own namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodePlanTarget {
-    pub namespace: String,
-    pub name: String,
-    /// What the cluster admin lets node files redirect (see [`crate::node::trust`]) and the mirrors it sets (see
-    /// [`crate::node::mirror`]).
-    pub rules: crate::node::Rules,
-}
-
-impl std::fmt::Display for NodePlanTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConfigMap {}/{}", self.namespace, self.name)
-    }
 }
 
 /// Where the published registry's pull credentials go (see [`crate::pull`]).
@@ -90,7 +72,6 @@ impl Default for Settings {
             grace_period: Duration::from_secs(15),
             take_over: false,
             pull_secrets: None,
-            node_plan: None,
         }
     }
 }
@@ -108,21 +89,5 @@ impl Settings {
     /// `namespace/name` of the published ConfigMap.
     pub fn target(&self) -> String {
         format!("{}/{}", self.configmap_namespace, self.configmap_name)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_node_plan_error_names_the_configmap_it_was_about() {
-        let target = NodePlanTarget {
-            namespace: "local-registry-publisher".into(),
-            name: "lrp-node-plan".into(),
-            rules: crate::node::Rules::default(),
-        };
-        // The controller's read and apply errors say this (and so its logs and Events).
-        assert_eq!(target.to_string(), "ConfigMap local-registry-publisher/lrp-node-plan");
     }
 }

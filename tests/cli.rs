@@ -331,6 +331,11 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let (code, text) = doctor(&s);
     assert_eq!(code, Some(4), "{text}");
     assert!(text.contains(&format!("host {wrong}: cannot connect")), "{text}");
+    // A loopback host that does not answer: doctor points to the chart value for a node that is not this machine.
+    assert!(
+        text.contains("hint: if this machine is not the registry's node") && text.contains("internal-ip"),
+        "{text}"
+    );
 
     // Back on the right port, then the registry goes down.
     s.apply(registry_at(&host)).await;

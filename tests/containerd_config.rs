@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use kube::Client;
 use kube::api::Api;
-use local_registry_publisher::node::state::{NodePullState, Verdict};
+use local_registry_publisher::node::api::state::{NodePullState, Verdict};
 use serde_json::json;
 use testbed::ControlPlane;
 
@@ -201,7 +201,7 @@ async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_rea
     let states = Api::<NodePullState>::namespaced(client.clone(), &ns);
     let verdict = wait_until(SOON, || async {
         let state = states.get_opt(node.name()).await.ok()??;
-        let address = state.status.addresses.into_iter().find(|a| a.address == "mirrored.ipv6.test")?;
+        let address = state.status?.addresses.into_iter().find(|a| a.address == "mirrored.ipv6.test")?;
         Some((address.verdict, address.message))
     })
     .await

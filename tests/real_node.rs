@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::watcher;
+use local_registry_publisher::agent::runtime::containerd::hosts::{CA_FILE, HEADER};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
-use local_registry_publisher::node::files::{CA_FILE, HEADER};
 use serde_json::json;
 use support::agent::registry_service;
 use support::binary::status_field;
@@ -752,8 +752,13 @@ async fn wait_hosts_toml(
 
 /// `doctor`'s report on the release in `ns` (its own ConfigMap).
 fn doctor_report(ns: &str) -> String {
+    doctor_status(ns).1
+}
+
+/// `doctor` on the release in `ns`: its exit status and its report.
+fn doctor_status(ns: &str) -> (Option<i32>, String) {
     let output = support::doctor(plane(), &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// `doctor` on the release in `ns`, run until its report satisfies `check`.
@@ -890,6 +895,10 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&pull.ns, |report| report.contains(&real)).await;
+    // The node's line names where the agent found the hosts directory: the config file and its config_path.
+    let line = report.lines().find(|line| line.contains(&real)).unwrap_or_default();
+    let read = format!(" sets config_path {}", node().hosts_dir_on_node());
+    assert!(line.contains(".toml") && line.contains(&read), "{line}");
     let needs = format!("{} needs a hosts.toml mapping it to http://{}", pull.name(), pull.by_ip());
     assert!(report.contains(&needs), "{report}");
     let simulated = "its runtime is \"kwok-";
@@ -1073,10 +1082,29 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     wait_waiting(&client, &ns, "unread", "server gave HTTP response to HTTPS client").await;
     let mismatch = "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
-    let report = wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
+    wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
+    // A node verdict decides the exit status: 4, with the node section named as what is wrong.
+    let (code, report) = doctor_status(&ns);
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert_eq!(code, Some(4), "{report}");
+    assert!(summary.contains("something is wrong in: ") && summary.contains("Node pulls"), "{report}");
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let reads = format!("reads registry hosts from {}", node().hosts_dir_on_node());
     assert!(report.contains(&reads) && report.contains("nodeAgent.configPath"), "{report}");
+    // The agent's metric, its NodePullState and doctor say the same: the address is unread, not configured.
+    let metrics = wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
+    assert!(metrics.contains("local_registry_publisher_node_addresses{state=\"configured\"} 0\n"), "{metrics}");
+    assert!(metrics.contains("local_registry_publisher_node_addresses{state=\"unread\"} 1\n"), "{metrics}");
+    let state = node_state(&client, &ns).await.and_then(|s| s.status).expect("a NodePullState");
+    let verdicts: Vec<(&str, &str)> =
+        state.addresses.iter().map(|a| (a.address.as_str(), a.verdict.as_str())).collect();
+    assert_eq!(verdicts, [(address.as_str(), "unread")]);
+    assert_eq!(state.runtime.config_path_check.as_str(), "elsewhere");
+    let condition = state.configured().expect("the Configured condition");
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "ConfigPathMismatch"));
+    assert!(report.contains(&condition.message), "doctor says what the condition says:\n{report}");
+    let waited = wait_configured(&ns, "5s");
+    assert!(!waited.status.success(), "kubectl wait returned for a node whose containerd reads elsewhere");
 
     // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours),
     // and the files in the old directory, which no agent reads now, are gone.
@@ -1087,6 +1115,8 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     wait_phase(&client, &ns, "read", &["Running"]).await;
     let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(reads)).await;
+    let waited = wait_configured(&ns, "60s");
+    assert!(waited.status.success(), "kubectl wait: {}", String::from_utf8_lossy(&waited.stderr));
     helm_uninstall("configpath", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     std::fs::remove_dir_all(&elsewhere).unwrap();
@@ -1445,6 +1475,11 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     // A refusal is the admin's rule at work: the node section is not what is wrong.
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(!summary.contains("Node pulls"), "{report}");
+    // Not a fault, but not done either: the summary names each such address on a line of its own.
+    for public in ["quay.io", "registry.k8s.io"] {
+        let line = format!("\n  not done: {public} gets no node file: it does not name this Service alone");
+        assert!(summary.contains(&line), "{report}");
+    }
 
     // Listed by the cluster admin, both are redirected to the tenant's registry on every node.
     let allowed = ["nodeAgent.allowedAddresses={registry.k8s.io,quay.io}".to_string()];
@@ -1546,12 +1581,15 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     })
     .await;
     assert!(report.contains(", mirroring docker.io"), "{report}");
-    let state = node_state(&client, &ns).await.expect("a NodePullState").status;
+    let state = node_state(&client, &ns).await.and_then(|s| s.status).expect("a NodePullState");
     let docker = state.addresses.iter().find(|a| a.address == "docker.io").expect("docker.io in the node's state");
     assert_eq!(docker.server.as_deref(), Some("https://registry-1.docker.io"));
 
-    // The mirror taken out of the chart's values: its file goes, and the same pull fails as the runtime says.
-    helm_upgrade("mirror", &ns, &values(&[]));
+    // The mirror taken out of the chart's values as the README says: its file goes, and the same pull fails as the
+    // runtime says.
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let take_out = ["upgrade", "mirror", &chart, "-n", &ns, "--wait", "--timeout", "180s", "--reset-then-reuse-values"];
+    ok(tool("helm", &[&take_out[..], &["--set", "nodeAgent.mirrors=null"]].concat()));
     wait_hosts_toml("docker.io", "mirror removed", |t| t.is_none()).await;
     apply_in(&client, &ns, app_pod("without-mirror", image)).await;
     let failed = wait_waiting(&client, &ns, "without-mirror", "registry-1.docker.io").await;
@@ -1611,9 +1649,16 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
+/// `kubectl wait --for=condition=Configured` on this node's state in `ns`, for at most `timeout`.
+fn wait_configured(ns: &str, timeout: &str) -> Output {
+    let object = format!("nodepullstate/{}", node().name());
+    let timeout = format!("--timeout={timeout}");
+    tool("kubectl", &["wait", "-n", ns, "--for=condition=Configured", &object, &timeout])
+}
+
 /// This node's state in `ns`, as doctor reads it.
-async fn node_state(client: &Client, ns: &str) -> Option<local_registry_publisher::node::state::NodePullState> {
-    let states = Api::<local_registry_publisher::node::state::NodePullState>::namespaced(client.clone(), ns);
+async fn node_state(client: &Client, ns: &str) -> Option<local_registry_publisher::node::api::state::NodePullState> {
+    let states = Api::<local_registry_publisher::node::api::state::NodePullState>::namespaced(client.clone(), ns);
     states.get_opt(node().name()).await.expect("read the NodePullState")
 }
 
@@ -1629,7 +1674,7 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     assert!(!summary.contains("Node pulls"), "{report}");
 
     // The state is structured: the address, its endpoint and verdict, the agent and the plan it applied.
-    let state = wait_until(SOON, || async { node_state(&client, &ns).await }).await.expect("a NodePullState").status;
+    let state = wait_until(SOON, || async { node_state(&client, &ns).await?.status }).await.expect("a NodePullState");
     let addresses: Vec<(&str, &str, &str)> =
         state.addresses.iter().map(|a| (a.address.as_str(), a.endpoint.as_str(), a.verdict.as_str())).collect();
     assert_eq!(addresses, [(address.as_str(), format!("http://{address}").as_str(), "configured")]);
@@ -1651,9 +1696,10 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     let report = doctor_report(&ns);
     assert!(report.contains(&configured), "{report}");
 
-    // Nobody but the agents writes it: not a user holding `edit` in the release's own namespace.
+    // `edit` in the release's own namespace cannot write a state directly (create, patch or delete); that namespace
+    // is still cluster-admin only, since `edit` can run a pod as the agents' ServiceAccount (docs/node-pulls.md).
     let editor = support::edit_only_client(&client, plane.kubeconfig(), &ns).await;
-    let states = Api::<local_registry_publisher::node::state::NodePullState>::namespaced(editor, &ns);
+    let states = Api::<local_registry_publisher::node::api::state::NodePullState>::namespaced(editor, &ns);
     let forged = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
         "metadata": {"name": node().name()}, "status": {"addresses": []}});
     let params = kube::api::PatchParams::apply("forger").force();
@@ -1662,6 +1708,11 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
         "patching a node's state",
     );
     support::forbidden(states.delete(node().name(), &Default::default()).await, "deleting a node's state");
+    let invented = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
+        "metadata": {"name": "a-node-that-is-not-there"}});
+    let invented: local_registry_publisher::node::api::state::NodePullState =
+        serde_json::from_value(invented).expect("a NodePullState");
+    support::forbidden(states.create(&Default::default(), &invented).await, "creating a node's state");
 
     // An agent that stops (its process frozen) turns unready, and doctor calls what it last wrote stale.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);

@@ -85,7 +85,18 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
         format!("node {}: not covered by the node agent: its nodeSelector testbed.local/agents=on", second.name());
     let report = support::agent::wait_doctor(plane, &ns, |r| r.contains(&uncovered)).await;
     assert!(report.contains(&format!("node {}: configured by", first.name())), "{report}");
-    assert!(!report.rsplit("== Summary").next().unwrap_or_default().contains("Node pulls"), "{report}");
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert!(!summary.contains("Node pulls") && !summary.contains("not done: no node"), "{report}");
+
+    // With neither node covered nothing fails, and the summary says what is not done, on a line of its own.
+    ok(tool("kubectl", &["label", "node", first.name(), "testbed.local/agents-"]));
+    wait_file(first, &address, false, "the first node, left by the agents too").await;
+    let none = format!("\n  not done: no node is covered by the node agent, so no node pulls {address}");
+    let report = support::agent::wait_doctor(plane, &ns, |r| r.contains(&none)).await;
+    let summary = report.rsplit("== Summary").next().unwrap_or_default();
+    assert!(!summary.contains("Node pulls") && summary.contains(&none), "{report}");
+    label(first, "testbed.local/agents=on");
+    wait_file(first, &address, true, "the first node, back under the selector").await;
 
     // Back under the selector, it is configured again; uninstalled, neither node keeps anything of ours.
     label(second, "testbed.local/agents=on");

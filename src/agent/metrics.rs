@@ -10,10 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
 
+use super::runtime::Report;
+use super::state::{Derived, counts};
 use crate::metrics::ProcessCollector;
-use crate::node::NodePlan;
-use crate::node::files::Report;
-use crate::node::runtime::RuntimeCheck;
+use crate::node::api::state::ConfigPathCheck;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -41,8 +41,10 @@ impl AgentMetrics {
         let mut registry = MetricsRegistry::default();
         registry.register(
             "local_registry_publisher_node_addresses",
-            "Planned addresses on this node after the last pass, by state: configured (the agent's file is there), \
-             foreign (someone else's file is there, left alone), failed (could not be written)",
+            "Planned addresses on this node after the last pass, by state, as its NodePullState says: configured \
+             (the agent's file is there and containerd reads it), unread (the agent's file is there, but containerd \
+             reads another directory), foreign (someone else's file is there, left alone), failed (could not be \
+             written)",
             self.addresses.clone(),
         );
         registry.register(
@@ -72,28 +74,24 @@ impl AgentMetrics {
         registry
     }
 
-    /// A pass over the hosts directory ended with `report`.
-    pub fn synced(&self, plan: &NodePlan, report: &Report) {
-        let troubled = report.foreign.len() + report.failed.iter().filter(|(a, _)| planned(plan, a)).count();
-        let states = [
-            ("configured", plan.hosts.len().saturating_sub(troubled)),
-            ("foreign", report.foreign.len()),
-            ("failed", report.failed.len()),
-        ];
-        for (state, count) in states {
-            self.addresses.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
-        }
+    /// What a pass wrote and removed.
+    pub fn files_changed(&self, report: &Report) {
         self.files.get_or_create(&OperationLabels { operation: "write" }).inc_by(report.written.len() as u64);
         self.files.get_or_create(&OperationLabels { operation: "remove" }).inc_by(report.removed.len() as u64);
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        self.last_sync.set(now.as_secs_f64());
     }
 
-    /// containerd's config file was checked anew.
-    pub fn runtime_checked(&self, check: &RuntimeCheck) {
-        for state in ["reads", "elsewhere", "unknown", "unchecked"] {
-            self.runtime.get_or_create(&StateLabels { state }).set(i64::from(state == check.label()));
+    /// The node's state after a pass: the same value its NodePullState and Event are made from.
+    pub fn observed(&self, derived: &Derived) {
+        let (by_verdict, check) = counts(derived);
+        for (verdict, count) in by_verdict {
+            let state = verdict.as_str();
+            self.addresses.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+        for state in ConfigPathCheck::ALL {
+            self.runtime.get_or_create(&StateLabels { state: state.as_str() }).set(i64::from(state == check));
+        }
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.last_sync.set(now.as_secs_f64());
     }
 
     pub fn watch_restarted(&self) {
@@ -101,17 +99,14 @@ impl AgentMetrics {
     }
 }
 
-fn planned(plan: &NodePlan, address: &str) -> bool {
-    plan.hosts.iter().any(|entry| entry.address == address)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::HostEntry;
+    use crate::agent::runtime::Reading;
+    use crate::node::{HostEntry, NodePlan};
 
     #[test]
-    fn a_pass_is_counted_by_state_and_operation() {
+    fn a_pass_is_counted_by_state_and_operation_from_the_nodes_state() {
         let metrics = AgentMetrics::default();
         let entry = |address: &str| HostEntry {
             address: address.into(),
@@ -126,20 +121,29 @@ mod tests {
             foreign: vec!["b:1".into()],
             failed: vec![("c:1".into(), "read-only".into())],
         };
-        metrics.synced(&plan, &report);
+        let reads = Reading { check: ConfigPathCheck::Reads, ..Reading::UNCHECKED };
+        metrics.files_changed(&report);
+        metrics.observed(&super::super::state::derive(&plan, &report, &reads, None));
         let text = crate::metrics::Metrics::encode(&metrics.registry());
         for line in [
             "local_registry_publisher_node_addresses{state=\"configured\"} 1",
+            "local_registry_publisher_node_addresses{state=\"unread\"} 0",
             "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
             "local_registry_publisher_node_addresses{state=\"failed\"} 1",
             "local_registry_publisher_node_hosts_files_total{operation=\"write\"} 1",
             "local_registry_publisher_node_hosts_files_total{operation=\"remove\"} 1",
+            "local_registry_publisher_node_containerd_config{state=\"reads\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
         assert!(text.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{text}");
-        metrics.runtime_checked(&RuntimeCheck::Elsewhere { config_path: None });
+
+        // containerd reading elsewhere: no address counts as configured, as the node's state says.
+        let elsewhere = Reading { check: ConfigPathCheck::Elsewhere, ..Reading::UNCHECKED };
+        metrics.observed(&super::super::state::derive(&plan, &Report::default(), &elsewhere, None));
         let text = crate::metrics::Metrics::encode(&metrics.registry());
+        assert!(text.contains("local_registry_publisher_node_addresses{state=\"configured\"} 0"), "{text}");
+        assert!(text.contains("local_registry_publisher_node_addresses{state=\"unread\"} 3"), "{text}");
         assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"), "{text}");
         assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"reads\"} 0"), "{text}");
     }

@@ -1,14 +1,15 @@
 //! The node agent (`local-registry-publisher node-agent`), which the chart's opt-in DaemonSet runs on every node:
-//! it watches the one ConfigMap holding the node plan (nothing cluster-wide) and keeps containerd's hosts directory
-//! true to it ([`crate::node::files`]). It re-checks the directory every `resync`, so a directory emptied by hand or
+//! it watches the one ConfigMap holding the node plan (nothing cluster-wide) and keeps its node's runtime
+//! configuration true to it, through [`runtime::NodeRuntime`] (containerd's hosts directory). It re-checks the directory every `resync`, so a directory emptied by hand or
 //! a node's fresh disk is written again without a restart. When its DaemonSet is gone (uninstall, or the feature
 //! turned off), or now mounts another hosts directory (`nodeAgent.configPath` changed), it removes what it wrote
 //! before it exits; any other rolling update keeps the files for the next pod. It keeps its node's NodePullState
-//! ([`crate::node::state`]) for `doctor`, and serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
+//! ([`crate::node::api::state`]) for `doctor`, and serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
-mod runtime;
+pub mod runtime;
 mod state;
+mod writer;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,21 +25,24 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{error, info, warn};
 
 use crate::backoff;
+use crate::config::RuntimeKind;
 use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
-use crate::node::files::{Owner, Report};
-use crate::node::runtime::RuntimeCheck;
-use crate::node::state::{Agent, NodeState, PlanApplied};
-use crate::node::{self, NodePlan, Notice, PLAN_FORMAT, PLAN_KEY, Reason, RuntimeFinding};
+use crate::node::api::state::ConfigPathCheck;
+use crate::node::api::state::{Agent, NodeState, PlanApplied, STALE_AFTER_RESYNCS};
+use crate::node::{NodePlan, PLAN_FORMAT, PLAN_KEY};
 pub use metrics::AgentMetrics;
-pub use runtime::{Containerd, NodeRuntime};
+use runtime::containerd::{Containerd, hosts::Owner};
+pub use runtime::{NodeRuntime, Placement, Reading, Report};
 
 /// What the agent is told by its flags.
 #[derive(Clone, Debug)]
 pub struct AgentSettings {
     pub namespace: String,
     pub configmap: String,
+    /// The node's runtime.
+    pub runtime: RuntimeKind,
     /// containerd's `config_path` on this node, as mounted into the agent.
     pub hosts_dir: PathBuf,
     /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
@@ -68,12 +72,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
-    let owner = Owner::new(&settings.namespace, &settings.configmap);
-    let hosts_on_node = settings.hosts_on_node.as_deref();
-    let release = node_release(&client, settings.node_name.as_deref()).await;
-    let config = settings.containerd_config.clone();
-    let node_runtime = Containerd::new(settings.hosts_dir.clone(), owner, hosts_on_node, config, release)?;
-    let node_runtime: &dyn NodeRuntime = &node_runtime;
+    let placement = Placement {
+        hosts_dir: settings.hosts_dir.clone(),
+        hosts_on_node: settings.hosts_on_node.clone(),
+        config: settings.containerd_config.clone(),
+    };
+    let runtime_version = runtime_version(&client, settings.node_name.as_deref()).await;
+    let node_runtime: Box<dyn NodeRuntime> = match settings.runtime {
+        RuntimeKind::Containerd => {
+            let owner = Owner::new(&settings.namespace, &settings.configmap);
+            Box::new(Containerd::new(placement, owner, runtime_version.as_deref())?)
+        }
+    };
+    let node_runtime: &dyn NodeRuntime = node_runtime.as_ref();
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),
         hosts_dir = %safe(&node_runtime.location()),
@@ -100,16 +111,15 @@ pub async fn run(
     };
     let mut following = Following::default();
     let mut last = Report::default();
-    let mut runtime = RuntimeFinding { check: RuntimeCheck::Unchecked, said: None };
+    let mut runtime = Reading::UNCHECKED;
     let daemonset = settings.daemonset.as_deref();
     let mut state = settings
         .node_name
         .as_deref()
-        .map(|node| state::StateWriter::new(&client, &settings.namespace, node, daemonset));
+        .map(|node| writer::StateWriter::new(&client, &settings.namespace, node, daemonset));
     if state.is_none() {
         warn!("no --node-name (NODE_NAME): this node's state is not kept, so doctor cannot tell it");
     }
-    metrics.runtime_checked(&runtime.check);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -134,31 +144,24 @@ pub async fn run(
         }
         if let Some(applied) = &following.plan {
             if let Some(report) = sync(node_runtime, &applied.plan, &last) {
-                metrics.synced(&applied.plan, &report);
+                metrics.files_changed(&report);
                 last = report;
             }
             let found = node_runtime.check();
             if found != runtime {
-                metrics.runtime_checked(&found.check);
                 tell_runtime(&found);
                 runtime = found;
             }
-            let mut notices = node::notices(&applied.plan, &last, &runtime, &regarding);
-            notices.extend(following.too_new.map(|format| Notice {
-                regarding: regarding.clone(),
-                reason: Reason::PlanTooNew,
-                message: format!(
-                    "the node plan is of format {format}, newer than this agent's {PLAN_FORMAT}: it is not applied and \
-                     the last plan stays in force; upgrade the agent (the chart's image) to the controller's version"
-                ),
-            }));
-            told.record(notices);
+            // One derivation: the object, the Event and the metrics all say this.
+            let derived = state::derive(&applied.plan, &last, &runtime, following.too_new);
+            metrics.observed(&derived);
+            told.record(vec![state::Notice { regarding: regarding.clone(), configured: derived.configured.clone() }]);
             let kept = match &mut state {
-                Some(writer) => keep_state(writer, &settings, applied, &last, &runtime).await,
+                Some(writer) => keep_state(writer, &settings, applied, derived).await,
                 None => true,
             };
             health.set_synced(Task::NodeAgent, kept);
-            health.passed(Task::NodeAgent, settings.resync * node::state::STALE_AFTER_RESYNCS);
+            health.passed(Task::NodeAgent, settings.resync * STALE_AFTER_RESYNCS);
         }
     }
     told.finish().await;
@@ -200,15 +203,15 @@ impl Following {
     }
 }
 
-/// This node's containerd release, from its Node (read once: containerd is upgraded with the node, and the agent
-/// restarts with it); `None` when it cannot be read, and then `config_path` is checked as most releases read it.
-async fn node_release(client: &Client, node: Option<&str>) -> Option<node::runtime::Release> {
+/// This node's runtime and its release (`containerd://2.3.7`), from its Node (read once: the runtime is upgraded with
+/// the node, and the agent restarts with it); `None` when it cannot be read, and then the runtime's configuration is
+/// checked as most releases read it.
+async fn runtime_version(client: &Client, node: Option<&str>) -> Option<String> {
     let found = Api::<Node>::all(client.clone()).get_opt(node?).await;
-    let found = found.inspect_err(|error| warn!(%error, "cannot read this node's containerd release")).ok()??;
+    let found = found.inspect_err(|error| warn!(%error, "cannot read this node's runtime release")).ok()??;
     let version = found.status?.node_info?.container_runtime_version;
-    let release = node::runtime::Release::of(&version);
     info!(runtime = %safe(&version), "this node's container runtime");
-    release
+    Some(version)
 }
 
 /// A plan and the version of its ConfigMap it was read from.
@@ -220,13 +223,12 @@ struct Applied {
 
 /// Writes this node's state when it changed; whether the object now holds it.
 async fn keep_state(
-    writer: &mut state::StateWriter,
+    writer: &mut writer::StateWriter,
     settings: &AgentSettings,
     applied: &Applied,
-    report: &Report,
-    runtime: &RuntimeFinding,
+    derived: state::Derived,
 ) -> bool {
-    let (runtime_state, addresses) = node::state::found(&applied.plan, report, runtime);
+    let state::Derived { runtime, addresses, configured } = derived;
     let found = NodeState {
         node: settings.node_name.clone().unwrap_or_default(),
         agent: Agent {
@@ -239,12 +241,14 @@ async fn keep_state(
             resource_version: applied.resource_version.clone(),
             format: applied.plan.format,
         },
-        runtime: runtime_state,
+        runtime,
+        address_count: u32::try_from(addresses.len()).unwrap_or(u32::MAX),
         addresses,
         resync_seconds: settings.resync.as_secs(),
         changed: String::new(),
+        conditions: Vec::new(),
     };
-    match writer.keep(found).await {
+    match writer.keep(found, &configured).await {
         Ok(wrote) => {
             if wrote {
                 info!("this node's state written (NodePullState)");
@@ -287,13 +291,13 @@ fn sync(node_runtime: &dyn NodeRuntime, plan: &NodePlan, last: &Report) -> Optio
     Some(report)
 }
 
-fn tell_runtime(found: &RuntimeFinding) {
+fn tell_runtime(found: &Reading) {
     let said = found.said.as_deref().map(safe);
-    match (&found.check, said) {
-        (RuntimeCheck::Elsewhere { .. } | RuntimeCheck::ListIgnored { .. }, Some(said)) => error!("{said}"),
-        (RuntimeCheck::Unknown(_), Some(said)) => warn!("{said}"),
-        (RuntimeCheck::Reads { .. }, said) => {
-            info!(note = said.as_deref().unwrap_or_default(), "containerd reads the hosts directory")
+    match (found.check, said) {
+        (ConfigPathCheck::Elsewhere, Some(said)) => error!("{said}"),
+        (ConfigPathCheck::Unknown, Some(said)) => warn!("{said}"),
+        (ConfigPathCheck::Reads, said) => {
+            info!(note = said.as_deref().unwrap_or_default(), "the runtime reads the agent's directory")
         }
         _ => {}
     }
@@ -308,11 +312,7 @@ fn read_plan(configmap: &ConfigMap) -> (Option<Applied>, Option<u32>) {
     };
     match NodePlan::from_json(text) {
         Ok(plan) if plan.format > PLAN_FORMAT => {
-            error!(
-                format = plan.format,
-                known = PLAN_FORMAT,
-                "the node plan is of a newer format than this agent's; the last plan stays in force"
-            );
+            error!("{}", state::plan_too_new(plan.format));
             (None, Some(plan.format))
         }
         Ok(plan) => (Some(Applied { plan, resource_version }), None),
@@ -350,7 +350,7 @@ async fn uncovered(client: &Client, daemonset: &DaemonSet, settings: &AgentSetti
     let name = settings.node_name.as_deref()?;
     let template = daemonset.spec.as_ref()?.template.spec.as_ref()?;
     match Api::<Node>::all(client.clone()).get_opt(name).await {
-        Ok(Some(node)) => node::coverage::covered(&node, template)
+        Ok(Some(node)) => crate::node::coverage::covered(&node, template)
             .err()
             .map(|why| format!("the agents' DaemonSet no longer runs on this node: {why}")),
         Ok(None) => Some("this node is gone".into()),

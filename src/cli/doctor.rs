@@ -23,12 +23,12 @@ use kube::{Client, ResourceExt};
 use super::controllers::{self, ControllerPod, controller_pods};
 use super::text::{say, shout};
 use super::{EXIT_READER_REJECTS, EXIT_UNREACHABLE, probe, published_status, readers};
-use crate::controller::{publisher, pull as pull_task};
 use crate::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use crate::keys;
 use crate::publish::{self, Action, Memory, Published};
 use crate::settings::{PullSecrets, Settings};
-use crate::{pull, registry};
+use crate::watch::sets::{PublisherWatches, PullWatches};
+use crate::{pull, registry, watch};
 
 /// How long the cluster snapshot and the probe pod may take.
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,7 +45,7 @@ pub struct FromCluster {
 pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromCluster>) -> ExitCode {
     let target = flags.target();
     let pods = controller_pods(&client, flags).await;
-    let (settings, source, kept) = effective_settings(flags, &pods);
+    let Effective { settings, node_plan, source, kept } = effective_settings(flags, &pods);
     let settings = &settings;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &settings.configmap_namespace);
     let configmap = match configmaps.get_opt(&settings.configmap_name).await {
@@ -81,6 +81,9 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
                 wrong.push("From this machine");
             }
             say!("  host {host}: {}", result.summary);
+            if let Some(hint) = loopback_hint(host, result.ok) {
+                say!("  hint: {hint}");
+            }
             if let (false, Some(help)) = (result.ok, &document.help) {
                 say!("  help: {help}");
             }
@@ -91,7 +94,12 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     say!("\n== From the cluster (what the controller sees and decides)");
     say!("  settings: {source}");
     say!("  reading the registries, their endpoints and the ConfigMap...");
-    let Ok(cluster) = tokio::time::timeout(CLUSTER_TIMEOUT, publisher::observe(&client, settings)).await else {
+    let Ok(cluster) = tokio::time::timeout(
+        CLUSTER_TIMEOUT,
+        watch::observe::<PublisherWatches>(&client, |c| registry::interest(c, settings)),
+    )
+    .await
+    else {
         shout!("error: the cluster's objects could not be read within {CLUSTER_TIMEOUT:?}");
         return ExitCode::from(EXIT_UNREACHABLE);
     };
@@ -186,7 +194,11 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     controllers(&client, &pods).await;
     if let Some(pull) = &settings.pull_secrets {
         let published = decision.published.as_ref();
-        let Ok(observed) = tokio::time::timeout(CLUSTER_TIMEOUT, pull_task::observe(&client, published, pull)).await
+        let Ok(observed) = tokio::time::timeout(
+            CLUSTER_TIMEOUT,
+            watch::observe::<PullWatches>(&client, |o| pull::interest(published, o, pull)),
+        )
+        .await
         else {
             shout!("error: the pull credentials' objects could not be read within {CLUSTER_TIMEOUT:?}");
             return ExitCode::from(EXIT_UNREACHABLE);
@@ -196,7 +208,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         }
     }
     let (published, document_kept) = (decision.published.as_ref(), decision.kept);
-    if !super::nodes::report(&client, published, document_kept, settings.node_plan.as_ref()).await {
+    let nodes = super::nodes::report(&client, published, document_kept, node_plan.as_ref()).await;
+    if !nodes.well {
         wrong.push("Node pulls");
     }
 
@@ -223,10 +236,27 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             say!("  something is wrong in: {}", sections.join(", "));
         }
     }
+    // Not faults (the exit status does not change), but what a reader of "all is well" would otherwise miss.
+    for not_done in &nodes.not_done {
+        say!("  not done: {not_done}");
+    }
     match status {
         0 if !wrong.is_empty() => ExitCode::from(EXIT_READER_REJECTS),
         status => ExitCode::from(status),
     }
+}
+
+/// What to do when `host`, the node's loopback at the registry's port, does not answer here: it answers only on a
+/// machine that is the node (kind, k3d, Docker Desktop); a node in a VM or elsewhere is reached at its InternalIP.
+fn loopback_hint(host: &str, answered: bool) -> Option<String> {
+    let (name, port) = host.rsplit_once(':')?;
+    let loopback = name == "localhost" || name == "[::1]" || name.starts_with("127.");
+    (!answered && loopback && port.parse::<u16>().is_ok()).then(|| {
+        "if this machine is not the registry's node (minikube, a VM, a remote cluster), its loopback does not \
+         reach the registry: publish the node's InternalIP instead, with the chart value registry.nodeAddress=internal-ip \
+         (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip)"
+            .to_string()
+    })
 }
 
 /// The pull credentials' state (`--pull-secrets`): where they should be, where they are, and what is wrong.
@@ -326,14 +356,22 @@ fn last_event(
     (newest, claimed.len())
 }
 
+/// What doctor judges by: a controller's settings and its node plan's, where they came from, and whether such a
+/// controller runs.
+struct Effective {
+    settings: Settings,
+    node_plan: Option<crate::node::NodePlanTarget>,
+    source: String,
+    kept: bool,
+}
+
 /// The settings of the first running controller pod (by namespace and name) that publishes `flags`' ConfigMap,
-/// parsed from its container's arguments as the controller parsed them; else `flags`. With where they came from,
-/// and whether such a controller runs.
-fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -> (Settings, String, bool) {
+/// parsed from its container's arguments as the controller parsed them; else `flags` (and no node plan).
+fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -> Effective {
     use clap::Parser;
+    let flags_alone = |source: String| Effective { settings: flags.clone(), node_plan: None, source, kept: false };
     let Ok(pods) = pods else {
-        let source = "this command's flags (controller pods cannot be listed with this identity)";
-        return (flags.clone(), source.into(), false);
+        return flags_alone("this command's flags (controller pods cannot be listed with this identity)".into());
     };
     // A look-alike (the chart's labels, but no right to write the ConfigMap) is never taken for the controller.
     let mut running: Vec<&ControllerPod> =
@@ -342,18 +380,18 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
     for pod in running {
         let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
         let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
-        let mut settings = parsed.publish.settings();
+        let settings = parsed.publish.settings();
         // Its node plan lives in its own namespace, not in this command's.
-        parsed.node_plan.apply(&mut settings);
-        if let Some(target) = &mut settings.node_plan {
+        let mut node_plan = parsed.node_plan.target();
+        if let Some(target) = &mut node_plan {
             target.namespace.clone_from(&pod.namespace);
         }
         if parsed.command.is_none() && settings.target() == flags.target() {
-            return (settings, format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name), true);
+            let source = format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name);
+            return Effective { settings, node_plan, source, kept: true };
         }
     }
-    let source = format!("this command's flags (no running controller pod publishes {})", flags.target());
-    (flags.clone(), source, false)
+    flags_alone(format!("this command's flags (no running controller pod publishes {})", flags.target()))
 }
 
 /// Controller pods and who holds their Leases.
@@ -472,4 +510,21 @@ fn stuck(pod: &Pod) -> Option<String> {
     const HOPELESS: [&str; 5] =
         ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"];
     waiting(pod).filter(|why| HOPELESS.iter().any(|r| why.split(':').next() == Some(r)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_host_that_does_not_answer_here_points_to_the_nodes_internal_ip() {
+        for host in ["localhost:30500", "127.0.0.1:30500", "[::1]:30500"] {
+            let hint = loopback_hint(host, false).unwrap_or_else(|| panic!("{host}: no hint"));
+            assert!(hint.contains("registry.nodeAddress=internal-ip"), "{hint}");
+        }
+        assert_eq!(loopback_hint("localhost:30500", true), None, "it answers: nothing to fix");
+        for host in ["registry.example:5000", "10.0.0.7:30500", "localhost", "localhost.example:5000"] {
+            assert_eq!(loopback_hint(host, false), None, "{host}");
+        }
+    }
 }

@@ -10,11 +10,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info_span};
 
-use super::watch::{Signals, WatchSets, settle};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
 use crate::publish::Published;
+use crate::watch::{Signals, WatchSets, settle};
 
 type Snapshot<C> = <<C as Concern>::Watches as WatchSets>::Snapshot;
 type Interest<C> = <<C as Concern>::Watches as WatchSets>::Interest;
@@ -49,11 +49,11 @@ pub(super) struct Follow<W> {
     pub context: Context,
 }
 
-impl<W> Follow<W> {
+impl<W: WatchSets> Follow<W> {
     /// The shared parts of a following task, with the watches `make` builds on its signals.
-    pub fn new(context: Context, published: watch::Receiver<Handoff>, make: impl FnOnce(&Signals) -> W) -> Self {
+    pub fn new(client: &kube::Client, context: Context, published: watch::Receiver<Handoff>) -> Self {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
-        Self { watches: make(&signals), signals, published, context }
+        Self { watches: W::new(client, &signals), signals, published, context }
     }
 }
 

@@ -8,7 +8,6 @@ mod follow;
 pub mod node;
 pub mod publisher;
 pub mod pull;
-mod watch;
 mod withdraw;
 
 pub use withdraw::{Error as WithdrawError, Outcome as WithdrawOutcome, withdraw};
@@ -111,17 +110,25 @@ impl Context {
 pub struct Controller {
     client: Client,
     settings: Settings,
+    /// The node concern's own settings: where it keeps the plan, and the admin's rules; `None` plans nothing.
+    node_plan: Option<crate::node::NodePlanTarget>,
     context: Context,
 }
 
 impl Controller {
+    /// The publisher with `settings` (and pull credentials, when they say so).
     pub fn new(client: Client, settings: Settings, context: Context) -> Self {
-        Self { client, settings, context }
+        Self { client, settings, node_plan: None, context }
+    }
+
+    /// Also keeps the node plan in `target`.
+    pub fn node_plan(self, target: Option<crate::node::NodePlanTarget>) -> Self {
+        Self { node_plan: target, ..self }
     }
 
     /// Runs every task until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Self { client, settings, context } = self;
+        let Self { client, settings, node_plan, context } = self;
         let (stop, stopping) = channel::channel(false);
         let stopped = move || {
             let mut stopping = stopping.clone();
@@ -135,7 +142,7 @@ impl Controller {
             let distributor = pull::PullDistributor::new(&client, pull, context.clone(), published);
             tokio::spawn(distributor.run(stopped()))
         });
-        let node_plan = settings.node_plan.clone().map(|target| {
+        let node_plan = node_plan.map(|target| {
             let planner = node::NodePlanner::new(&client, target, context.clone(), hand_on.subscribe());
             tokio::spawn(planner.run(stopped()))
         });

@@ -4,42 +4,26 @@
 //! following concern shares, `follow::run`), so the ConfigMap path never waits for it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::follow::{self, Concern, Follow};
-use super::watch::{Signals, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::Task;
 use crate::keys::MANAGER;
-use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason, node_watch_sets};
+use crate::node::NodePlanTarget;
+use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason};
 use crate::publish::Published;
-use crate::settings::NodePlanTarget;
-
-watch_sets!(node_watch_sets, Watches, Interest, Observed);
+use crate::watch::sets::NodeWatches as Watches;
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
-
-/// The node decision about `published` as the running controller would make it with the admin's `rules`, once the
-/// CA bundle it names and the mirrors' Services were read (for `doctor`, which reads with its own identity).
-pub async fn observe(client: &kube::Client, published: Option<&Published>, rules: &node::Rules) -> node::Decision {
-    let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
-    let mut watches = Watches::new(client, &signals);
-    loop {
-        if let Some(observed) = settle(&mut watches, &signals, |_| node::interest(published, rules)) {
-            return node::decide(published, &observed, rules);
-        }
-        signals.changed.notified().await;
-    }
-}
 
 /// The task: the shared follower loop (`follow::run`) around `Planning`.
 pub struct NodePlanner {
@@ -55,8 +39,8 @@ struct Planning {
     metrics: crate::metrics::Metrics,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
-    /// The last problems logged (the CA bundle's, the refused addresses', the mirrors'), so each is logged once.
-    logged: (Option<String>, Option<String>, Option<String>),
+    /// The problems last told (the CA bundle's, the refused addresses', the mirrors'), so each is logged once.
+    logged: Vec<Notice>,
 }
 
 impl NodePlanner {
@@ -72,9 +56,9 @@ impl NodePlanner {
             metrics: context.metrics.clone(),
             target,
             stored: None,
-            logged: (None, None, None),
+            logged: Vec::new(),
         };
-        Self { follow: Follow::new(context, published, |signals| Watches::new(client, signals)), planning }
+        Self { follow: Follow::new(client, context, published), planning }
     }
 
     /// Keeps the plan until `shutdown` completes.
@@ -112,38 +96,15 @@ impl Planning {
     /// mirror gets none, on the plan's ConfigMap (what the admin's setting feeds). Each is logged once and an Event
     /// for as long as it lasts.
     fn tell_problems(&mut self, published: Option<&Published>, decision: &node::Decision) {
-        let ca = decision.ca_problem.as_ref().map(|why| format!("no node is configured to pull it: {why}"));
-        let refused = node::refusal_message(&decision.refused);
-        let mirrors = (!decision.mirror_problems.is_empty())
-            .then(|| format!("each node pulls these upstreams directly: {}", decision.mirror_problems.join("; ")));
-        if let Some(published) = published {
-            for (said, logged) in [(&ca, &self.logged.0), (&refused, &self.logged.1)] {
-                if said != logged
-                    && let Some(why) = said
-                {
-                    warn!(registry = %published.registry, "{}", safe(why));
-                }
+        let notices = decision.notices(published.map(|p| &p.reference), &self.target.reference());
+        for notice in notices.iter().filter(|notice| !self.logged.contains(notice)) {
+            match published.filter(|_| notice.reason != Reason::MirrorUnusable) {
+                Some(published) => warn!(registry = %published.registry, "{}", safe(&notice.message)),
+                None => warn!(configmap = %self.target, "{}", safe(&notice.message)),
             }
         }
-        if mirrors != self.logged.2
-            && let Some(why) = &mirrors
-        {
-            warn!(configmap = %self.target, "{}", safe(why));
-        }
-        self.logged = (ca.clone(), refused.clone(), mirrors.clone());
-        let plan = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("ConfigMap".into()),
-            namespace: Some(self.target.namespace.clone()),
-            name: Some(self.target.name.clone()),
-            ..ObjectReference::default()
-        };
-        let on_registry =
-            [(Reason::CaBundleUnusable, ca), (Reason::AddressNotAllowed, refused)].into_iter().filter_map(
-                |(reason, message)| Some(Notice { regarding: published?.reference.clone(), reason, message: message? }),
-            );
-        let on_plan = mirrors.map(|message| Notice { regarding: plan, reason: Reason::MirrorUnusable, message });
-        self.events.record(on_registry.chain(on_plan).collect());
+        self.logged.clone_from(&notices);
+        self.events.record(notices);
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.

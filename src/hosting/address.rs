@@ -170,8 +170,12 @@ fn dns_name(name: &str) -> Result<(), String> {
             && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !label.starts_with('-')
             && !label.ends_with('-');
+        // Said of the value the caller names: a one-label name is not named a second time.
+        if !valid && label == name {
+            return Err("is not a valid DNS name (lowercase letters, digits and inner hyphens)".into());
+        }
         if !valid {
-            return Err(format!("{label:?} is not a valid DNS label"));
+            return Err(format!("has the label {label:?}, which is not valid in a DNS name"));
         }
     }
     Ok(())

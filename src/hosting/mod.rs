@@ -333,7 +333,7 @@ mod tests {
             ("localhost:http", "port"),
             ("::1:5000", "brackets"),
             ("reg istry:5000", "contain"),
-            ("-bad.local:5000", "DNS label"),
+            ("-bad.local:5000", "not valid in a DNS name"),
             ("[::]:5000", "unspecified"),
             ("[0:0::0]:5000", "unspecified"),
             ("[evil.example]:5000", "IPv6 address"),

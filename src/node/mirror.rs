@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::HostEntry;
+use super::{Endpoint, HostEntry};
 use crate::hosting::address::{Host, host_and_port};
 use crate::watching::{Findings, Keep, WatchKey, is_dns_label};
 
@@ -32,7 +32,7 @@ pub enum Via {
     /// A Service in the cluster, reached at its ClusterIP and this port over plain HTTP.
     Service { namespace: String, name: String, port: u16 },
     /// An endpoint the nodes reach by themselves: `http://host[:port]` or `https://host[:port]`.
-    Endpoint(String),
+    Endpoint(Endpoint),
 }
 
 impl FromStr for Mirror {
@@ -46,10 +46,10 @@ impl FromStr for Mirror {
         let Some((upstream, via)) = value.split_once('=') else {
             return Err(format!("{value:?}: no \"=\" ({rule})"));
         };
-        host_and_port(upstream).map_err(|why| format!("{value:?}: the upstream {upstream:?} {why} ({rule})"))?;
         if upstream == "_default" {
             return Err(format!("{value:?}: _default is containerd's file for every registry ({rule})"));
         }
+        host_and_port(upstream).map_err(|why| format!("{value:?}: the upstream {upstream:?} {why} ({rule})"))?;
         let via = if let Some(service) = via.strip_prefix("service:") {
             let parsed = service.split_once('/').and_then(|(namespace, rest)| {
                 let (name, port) = rest.rsplit_once(':')?;
@@ -64,7 +64,9 @@ impl FromStr for Mirror {
         } else {
             let authority = via.strip_prefix("http://").or_else(|| via.strip_prefix("https://"));
             match authority.map(host_and_port) {
-                Some(Ok(_)) => Via::Endpoint(via.to_string()),
+                Some(Ok(_)) => Via::Endpoint(
+                    via.parse().map_err(|why| format!("{value:?}: the endpoint {via:?}: {why} ({rule})"))?,
+                ),
                 Some(Err(why)) => return Err(format!("{value:?}: the endpoint {via:?} {why} ({rule})")),
                 None => return Err(format!("{value:?}: the endpoint {via:?} has no http:// or https:// ({rule})")),
             }
@@ -95,17 +97,18 @@ impl Mirror {
     fn via_text(&self) -> String {
         match &self.via {
             Via::Service { namespace, name, port } => format!("Service {namespace}/{name} port {port}"),
-            Via::Endpoint(endpoint) => endpoint.clone(),
+            Via::Endpoint(endpoint) => endpoint.to_string(),
         }
     }
 
     /// Where the node falls back to when the cache fails: the upstream itself (Docker Hub's API host for
     /// `docker.io`, which is what containerd dials for it).
-    pub fn server(&self) -> String {
-        match self.upstream.as_str() {
-            "docker.io" | "index.docker.io" => "https://registry-1.docker.io".into(),
-            upstream => format!("https://{upstream}"),
-        }
+    pub fn server(&self) -> Option<Endpoint> {
+        let host = match self.upstream.as_str() {
+            "docker.io" | "index.docker.io" => "registry-1.docker.io",
+            upstream => upstream,
+        };
+        Endpoint::new(true, host).ok()
     }
 }
 
@@ -123,52 +126,88 @@ impl Keep<Service> for MirrorService {
     }
 }
 
+/// Why a mirror the admin set gets no node file: its upstream is pulled directly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorProblem {
+    pub mirror: Mirror,
+    pub fault: MirrorFault,
+}
+
+/// What is wrong with a mirror.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MirrorFault {
+    /// An earlier mirror has the same upstream, and is used.
+    Second,
+    /// Its Service's watch has not reported yet.
+    NotReadYet,
+    /// The controller may not read its Service: the chart lets it read only the Services the mirrors name.
+    Unreadable(String),
+    Missing,
+    /// A headless or ExternalName Service: nodes reach a mirror at its ClusterIP.
+    NoClusterIp,
+    NoPort(u16),
+}
+
+/// `the mirror of <upstream> (<its cache>): <fault>`.
+impl fmt::Display for MirrorProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the mirror of {} ({}): ", self.mirror.upstream, self.mirror.via_text())?;
+        match &self.fault {
+            MirrorFault::Second => write!(f, "a second mirror for the same upstream: the first is used"),
+            MirrorFault::NotReadYet => write!(f, "not read yet"),
+            MirrorFault::Unreadable(refused) => write!(
+                f,
+                "cannot be read ({refused}): the chart lets the controller read the Services nodeAgent.mirrors names"
+            ),
+            MirrorFault::Missing => write!(f, "does not exist"),
+            MirrorFault::NoClusterIp => {
+                write!(
+                    f,
+                    "has no ClusterIP (a headless or ExternalName Service): nodes reach a mirror at its ClusterIP"
+                )
+            }
+            MirrorFault::NoPort(port) => write!(f, "has no port {port}"),
+        }
+    }
+}
+
 /// Each mirror's node entry, or why it has none (its Service cannot be used): one per upstream, in the order given.
-pub fn entries(mirrors: &[Mirror], services: &Findings<MirrorService>) -> (Vec<HostEntry>, Vec<String>) {
+pub fn entries(mirrors: &[Mirror], services: &Findings<MirrorService>) -> (Vec<HostEntry>, Vec<MirrorProblem>) {
     let mut entries = Vec::new();
     let mut problems = Vec::new();
     for (index, mirror) in mirrors.iter().enumerate() {
-        if mirrors[..index].iter().any(|first| first.upstream == mirror.upstream) {
-            let why = "a second mirror for the same upstream: the first is used";
-            problems.push(format!("the mirror of {} ({}): {why}", mirror.upstream, mirror.via_text()));
-            continue;
-        }
-        match endpoint(mirror, services) {
+        let second = mirrors[..index].iter().any(|first| first.upstream == mirror.upstream);
+        match if second { Err(MirrorFault::Second) } else { endpoint(mirror, services) } {
             Ok(endpoint) => entries.push(HostEntry {
                 address: mirror.upstream.clone(),
                 endpoint,
                 ca: None,
-                server: Some(mirror.server()),
+                server: mirror.server(),
             }),
-            Err(why) => problems.push(format!("the mirror of {} ({}): {why}", mirror.upstream, mirror.via_text())),
+            Err(fault) => problems.push(MirrorProblem { mirror: mirror.clone(), fault }),
         }
     }
     (entries, problems)
 }
 
-fn endpoint(mirror: &Mirror, services: &Findings<MirrorService>) -> Result<String, String> {
+fn endpoint(mirror: &Mirror, services: &Findings<MirrorService>) -> Result<Endpoint, MirrorFault> {
     let (namespace, name, port) = match &mirror.via {
         Via::Endpoint(endpoint) => return Ok(endpoint.clone()),
         Via::Service { namespace, name, port } => (namespace, name, *port),
     };
     let key = WatchKey::in_namespace(namespace).named(name);
     let found = match services.get(&key) {
-        None => return Err("not read yet".into()),
-        Some(Err(refused)) => {
-            return Err(format!(
-                "cannot be read ({refused}): the chart lets the controller read the Services nodeAgent.mirrors names"
-            ));
-        }
+        None => return Err(MirrorFault::NotReadYet),
+        Some(Err(refused)) => return Err(MirrorFault::Unreadable(refused.clone())),
         Some(Ok(found)) => found.first().cloned(),
     };
-    let service = found.ok_or("does not exist")?;
+    let service = found.ok_or(MirrorFault::Missing)?;
     let ip = service.cluster_ip.as_deref().filter(|ip| *ip != "None").and_then(|ip| Host::normalise(ip).ok());
-    let ip =
-        ip.ok_or("has no ClusterIP (a headless or ExternalName Service): nodes reach a mirror at its ClusterIP")?;
+    let ip = ip.ok_or(MirrorFault::NoClusterIp)?;
     if !service.ports.contains(&i32::from(port)) {
-        return Err(format!("has no port {port}"));
+        return Err(MirrorFault::NoPort(port));
     }
-    Ok(format!("http://{}", ip.with_port(Some(i32::from(port)))))
+    Endpoint::new(false, &ip.with_port(Some(i32::from(port)))).map_err(|_| MirrorFault::NoClusterIp)
 }
 
 #[cfg(test)]
@@ -188,12 +227,12 @@ mod tests {
         let wanted = Via::Service { namespace: "registry-cache".into(), name: "docker-hub".into(), port: 5000 };
         assert_eq!(service.via, wanted);
         assert_eq!(service.to_string(), "docker.io=service:registry-cache/docker-hub:5000");
-        assert_eq!(service.server(), "https://registry-1.docker.io");
+        assert_eq!(service.server().expect("a server"), "https://registry-1.docker.io");
         let beside = mirror(" ghcr.io=http://kind-registry-cache:5000 ");
         assert_eq!(beside.via, Via::Endpoint("http://kind-registry-cache:5000".into()));
-        assert_eq!(beside.server(), "https://ghcr.io");
+        assert_eq!(beside.server().expect("a server"), "https://ghcr.io");
         assert_eq!(beside.service_key(), None);
-        assert_eq!(mirror("quay.io=https://cache.example").server(), "https://quay.io");
+        assert_eq!(mirror("quay.io=https://cache.example").server().expect("a server"), "https://quay.io");
     }
 
     #[test]
@@ -201,7 +240,8 @@ mod tests {
         for (bad, why) in [
             ("docker.io", "no \"=\""),
             ("Docker.io=http://cache:5000", "lowercase"),
-            ("_default=http://cache:5000", "_default"),
+            ("_default=http://cache:5000", "_default is containerd's file for every registry"),
+            ("docker_io=http://cache:5000", "the upstream \"docker_io\" is not a valid DNS name"),
             ("docker.io=cache:5000", "no http://"),
             ("docker.io=http://cache:5000/v2", "no path"),
             ("docker.io=service:cache/docker-hub", "NAMESPACE/NAME:PORT"),
@@ -211,6 +251,8 @@ mod tests {
         ] {
             let error = bad.parse::<Mirror>().expect_err(bad);
             assert!(error.contains(why) && error.contains("a mirror is UPSTREAM="), "{bad}: {error}");
+            let said = error.split(" (a mirror is").next().unwrap_or_default();
+            assert_eq!(said.matches(&format!("{bad:?}")).count(), 1, "the value is named once: {error}");
         }
     }
 
@@ -225,8 +267,10 @@ mod tests {
         let service = |ip: &str, port| MirrorService { cluster_ip: Some(ip.into()), ports: vec![port] };
         let (found, problems) = entries(&mirrors, &services(Some(Ok(Some(service("10.96.0.50", 5000))))));
         assert!(problems.is_empty(), "{problems:?}");
-        let endpoints: Vec<(&str, &str, Option<&str>)> =
-            found.iter().map(|e| (e.address.as_str(), e.endpoint.as_str(), e.server.as_deref())).collect();
+        let endpoints: Vec<(&str, &str, Option<&str>)> = found
+            .iter()
+            .map(|e| (e.address.as_str(), e.endpoint.as_str(), e.server.as_ref().map(Endpoint::as_str)))
+            .collect();
         assert_eq!(
             endpoints,
             [
@@ -245,6 +289,7 @@ mod tests {
             (Some(Ok(Some(MirrorService { cluster_ip: None, ports: vec![5000] }))), "has no ClusterIP"),
         ] {
             let (none, problems) = entries(&mirrors[..1], &services(found));
+            let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
             assert!(none.is_empty());
             assert_eq!(problems.len(), 1);
             assert!(problems[0].starts_with("the mirror of docker.io (Service cache/docker-hub port 5000): "));
@@ -252,6 +297,8 @@ mod tests {
         }
         let twice = [mirrors[1].clone(), mirror("ghcr.io=http://other:5000")];
         let (found, problems) = entries(&twice, &Findings::default());
+        assert_eq!(problems[0].fault, MirrorFault::Second);
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(found.iter().map(|e| e.endpoint.as_str()).collect::<Vec<_>>(), ["http://beside:5000"]);
         assert!(problems[0].starts_with("the mirror of ghcr.io (http://other:5000): a second mirror"), "{problems:?}");
     }

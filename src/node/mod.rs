@@ -3,78 +3,63 @@
 //! it), and containerd speaks HTTPS to every name but the loopback one unless a `hosts.toml` says otherwise, so
 //! `registry.<ns>.svc.cluster.local:5000` fails on a node until its `hosts.toml` points at an endpoint the node
 //! reaches (the Service's ClusterIP) over plain HTTP. A registry that serves TLS is reached there over HTTPS, and
-//! only with the CA bundle its Service names ([`CA_BUNDLE`]). The controller publishes the [`NodePlan`]; each
-//! node's agent ([`files`]) writes it.
+//! only with the CA bundle its Service names ([`CA_BUNDLE`]). The controller publishes the [`NodePlan`] ([`api`]);
+//! each node's agent writes it (`crate::agent`).
 
+pub mod api;
 pub mod coverage;
-pub mod files;
 pub mod mirror;
-pub mod runtime;
-pub mod state;
 pub mod trust;
 mod watched;
 
+use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use serde::{Deserialize, Serialize};
 
 use crate::hosting::Field;
 use crate::hosting::address::Host;
 use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
 use crate::watching::{WatchKey, is_object_name};
-pub use mirror::Mirror;
+pub use api::{Endpoint, HostEntry, NodePlan, PLAN_FORMAT, PLAN_KEY};
+pub use mirror::{Mirror, MirrorProblem};
 pub use trust::{AddressPattern, Refusal};
 pub(crate) use watched::node_watch_sets;
 pub use watched::{CaBundle, Interest, Observed};
 
-/// The key of the plan in its ConfigMap.
-pub const PLAN_KEY: &str = "plan.json";
 /// Where a CA bundle is in its ConfigMap or Secret: the key Kubernetes' own `kube-root-ca.crt`, cert-manager's
 /// Secrets and trust-manager's bundles use.
 pub const CA_KEY: &str = "ca.crt";
 
-/// The newest plan format this build writes and reads. A plan of a newer format is refused whole by an older agent,
-/// which then touches nothing: a field it does not know could change what a file must say. A plan is written in the
-/// oldest format that holds it (2 only with a mirror's fallback `server`), so an agent one release behind keeps
-/// working until a feature it lacks is used.
-pub const PLAN_FORMAT: u32 = 2;
-
-/// What every node's runtime needs to pull each published address.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodePlan {
-    /// [`PLAN_FORMAT`] of the controller that wrote it (plans written before it had one are format 1).
-    #[serde(default = "first_format")]
-    pub format: u32,
-    /// One entry per address, sorted by address.
-    pub hosts: Vec<HostEntry>,
+/// The ConfigMap node agents read their plan from: in the controller's own namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlanTarget {
+    pub namespace: String,
+    pub name: String,
+    /// What the cluster admin lets node files redirect (see [`crate::node::trust`]) and the mirrors it sets (see
+    /// [`crate::node::mirror`]).
+    pub rules: Rules,
 }
 
-impl Default for NodePlan {
-    fn default() -> Self {
-        Self::of(Vec::new())
+impl NodePlanTarget {
+    /// The plan's ConfigMap, as the Events about it name it.
+    pub fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            ..ObjectReference::default()
+        }
     }
 }
 
-fn first_format() -> u32 {
-    1
-}
-
-/// One published address and where a node's runtime fetches it from.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct HostEntry {
-    /// As images name it, `host:port`: the name of its directory under containerd's `config_path`.
-    pub address: String,
-    /// `http://host:port` (or `https://` for a registry that serves TLS) the node dials instead.
-    pub endpoint: String,
-    /// The PEM CA bundle an `https://` endpoint's certificate chains to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca: Option<String>,
-    /// For a mirror ([`mirror`]): the upstream the node falls back to when `endpoint` fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
+impl std::fmt::Display for NodePlanTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConfigMap {}/{}", self.namespace, self.name)
+    }
 }
 
 /// What a cluster admin decides of node files: the addresses besides each registry's own that may be redirected,
@@ -90,11 +75,45 @@ pub struct Rules {
 pub struct Decision {
     pub plan: NodePlan,
     /// Why the CA bundle the registry names cannot be used, when it cannot (the plan then has no entry for it).
-    pub ca_problem: Option<String>,
+    pub ca_problem: Option<CaProblem>,
     /// Published addresses that get no node file, each with why (see [`trust`]).
     pub refused: Vec<(String, Refusal)>,
-    /// Why a mirror gets no node file, one sentence each (see [`mirror::entries`]).
-    pub mirror_problems: Vec<String>,
+    /// Why a mirror gets no node file (see [`mirror::entries`]).
+    pub mirror_problems: Vec<MirrorProblem>,
+}
+
+impl Decision {
+    /// What the controller tells of this decision, each worded here once: why the registry's CA bundle cannot be
+    /// used and which of its addresses get no node file (on its Service, `registry`), and which mirrors get none
+    /// (on the plan's ConfigMap, `plan`). doctor prints the same messages.
+    pub fn notices(&self, registry: Option<&ObjectReference>, plan: &ObjectReference) -> Vec<Notice> {
+        let ca = self.ca_problem.as_ref().map(|problem| {
+            (
+                Reason::CaBundleUnusable,
+                format!("its CA bundle cannot be used, so no node is configured to pull it: {problem}"),
+            )
+        });
+        let refused = (!self.refused.is_empty()).then(|| {
+            let said: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(address, refusal)| {
+                    format!("{address} is published but no node is configured to pull it: {address} {refusal}")
+                })
+                .collect();
+            (Reason::AddressNotAllowed, said.join("; "))
+        });
+        let mirrors = (!self.mirror_problems.is_empty()).then(|| {
+            let said: Vec<String> = self.mirror_problems.iter().map(ToString::to_string).collect();
+            (Reason::MirrorUnusable, format!("each node pulls these upstreams directly: {}", said.join("; ")))
+        });
+        let on_registry = [ca, refused]
+            .into_iter()
+            .flatten()
+            .filter_map(|(reason, message)| Some(Notice { regarding: registry?.clone(), reason, message }));
+        let on_plan = mirrors.map(|(reason, message)| Notice { regarding: plan.clone(), reason, message });
+        on_registry.chain(on_plan).collect()
+    }
 }
 
 /// The plan for `published`: every published address a node's runtime cannot pull from as it is, mapped to the
@@ -112,15 +131,14 @@ pub fn plan(
     let Some(published) = published else {
         return Default::default();
     };
-    let (scheme, ca) = match (published.ports.tls, ca) {
-        (false, _) => ("http", None),
-        (true, Some(ca)) => ("https", Some(ca.to_string())),
+    let (tls, ca) = match (published.ports.tls, ca) {
+        (false, _) => (false, None),
+        (true, Some(ca)) => (true, Some(ca.to_string())),
         (true, None) => return Default::default(),
     };
-    let Some(authority) = authority(published) else {
+    let Some(endpoint) = authority(published).and_then(|authority| Endpoint::new(tls, &authority).ok()) else {
         return Default::default();
     };
-    let endpoint = format!("{scheme}://{authority}");
     let document = &published.document;
     let mut hosts = Vec::new();
     let mut refused = Vec::new();
@@ -164,25 +182,6 @@ pub fn decide(published: Option<&Published>, observed: &Observed, rules: &Rules)
     Decision { plan: NodePlan::of(hosts), ca_problem: ca.err(), refused, mirror_problems }
 }
 
-/// What a refused address's Event says: the address, why, and what would let it through.
-pub fn refusal_message(refused: &[(String, Refusal)]) -> Option<String> {
-    let said: Vec<String> = refused
-        .iter()
-        .map(|(address, refusal)| match refusal {
-            Refusal::NotAllowed => format!(
-                "{address} does not name this Service alone (its ClusterIP, cluster DNS names, nodePort or \
-                 hostPort) and matches no address a cluster admin allowed (chart value nodeAgent.allowedAddresses)"
-            ),
-            Refusal::Invalid(why) => format!("{address:?} is no address a node file may be written for: {why}"),
-            Refusal::Mirrored => format!(
-                "{address} is a public registry the cluster admin mirrors (nodeAgent.mirrors): its node file sends \
-                 pulls to that mirror, not to this registry"
-            ),
-        })
-        .collect();
-    (!said.is_empty()).then(|| format!("published, but no node is configured to pull it: {}", said.join("; ")))
-}
-
 /// Where (`host:port`) a node reaches the registry without cluster DNS: an ExternalName's target, else the
 /// Service's ClusterIP (kube-proxy or its replacement serves it to the node too), else the node's own loopback at
 /// its nodePort.
@@ -206,19 +205,82 @@ pub enum CaSource {
     Secret(WatchKey),
 }
 
+impl CaSource {
+    fn key(&self) -> &WatchKey {
+        match self {
+            CaSource::ConfigMap(key) | CaSource::Secret(key) => key,
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.key().namespace.as_deref().unwrap_or_default()
+    }
+}
+
+/// `configmap/<name>` or `secret/<name>`, as the annotation names it.
+impl fmt::Display for CaSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self {
+            CaSource::ConfigMap(_) => "configmap",
+            CaSource::Secret(_) => "secret",
+        };
+        write!(f, "{kind}/{}", self.key().name.as_deref().unwrap_or_default())
+    }
+}
+
+/// Why the CA bundle a TLS registry names cannot be used, so that no node is configured for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaProblem {
+    /// The annotation names no `configmap/<name>` or `secret/<name>`.
+    Annotation {
+        value: String,
+        namespace: String,
+    },
+    /// Its watch has not reported yet (the snapshot was settled, so it is not seen).
+    NotReadYet(CaSource),
+    /// The controller may not read it: the chart lets it read only the names in `nodeAgent.caBundles`.
+    Unreadable(CaSource, String),
+    Missing(CaSource),
+    NoKey(CaSource),
+    NotPem(CaSource),
+}
+
+impl fmt::Display for CaProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CaProblem::Annotation { value, namespace } => write!(
+                f,
+                "annotation {CA_BUNDLE}={value:?} must be configmap/<name> or secret/<name>: an object in namespace \
+                 {namespace} whose {CA_KEY} holds the registry's CA bundle"
+            ),
+            CaProblem::NotReadYet(source) => {
+                write!(f, "{source} in namespace {} has not been read yet", source.namespace())
+            }
+            CaProblem::Unreadable(source, refused) => write!(
+                f,
+                "{source} in namespace {} cannot be read ({refused}): the chart lets the controller read only the \
+                 names in nodeAgent.caBundles",
+                source.namespace()
+            ),
+            CaProblem::Missing(source) => write!(f, "{source} does not exist in namespace {}", source.namespace()),
+            CaProblem::NoKey(source) => write!(f, "{source} in namespace {} has no {CA_KEY}", source.namespace()),
+            CaProblem::NotPem(source) => {
+                write!(f, "{source} in namespace {}: its {CA_KEY} holds no PEM certificate", source.namespace())
+            }
+        }
+    }
+}
+
 /// Where the CA bundle `published` names is (its [`CA_BUNDLE`] annotation), `None` when it names none; `Err` says
 /// why the annotation cannot be used.
-pub fn ca_source(published: &Published) -> Option<Result<CaSource, String>> {
+pub fn ca_source(published: &Published) -> Option<Result<CaSource, CaProblem>> {
     let value = published.service.annotations().get(CA_BUNDLE)?;
     let namespace = &published.registry.namespace;
     let key = |name: &str| WatchKey::in_namespace(namespace).named(name);
     Some(match value.trim().split_once('/') {
         Some(("configmap", name)) if is_object_name(name) => Ok(CaSource::ConfigMap(key(name))),
         Some(("secret", name)) if is_object_name(name) => Ok(CaSource::Secret(key(name))),
-        _ => Err(format!(
-            "annotation {CA_BUNDLE}={value:?} must be configmap/<name> or secret/<name>: an object in namespace \
-             {namespace} whose {CA_KEY} holds the registry's CA bundle"
-        )),
+        _ => Err(CaProblem::Annotation { value: value.clone(), namespace: namespace.clone() }),
     })
 }
 
@@ -241,7 +303,7 @@ pub fn interest(published: Option<&Published>, rules: &Rules) -> Interest {
 
 /// The CA bundle of `published` as `observed` holds it: `Ok(None)` when it needs none (plain HTTP, or no
 /// annotation), `Err` with what its owner must fix when it names one that cannot be used.
-pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<String>, String> {
+pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<String>, CaProblem> {
     if !published.ports.tls {
         return Ok(None);
     }
@@ -249,28 +311,20 @@ pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<St
         None => return Ok(None),
         Some(source) => source?,
     };
-    let (found, key, kind) = match &source {
-        CaSource::ConfigMap(key) => (observed.ca_configmaps.get(key), key, "configmap"),
-        CaSource::Secret(key) => (observed.ca_secrets.get(key), key, "secret"),
+    let found = match &source {
+        CaSource::ConfigMap(key) => observed.ca_configmaps.get(key),
+        CaSource::Secret(key) => observed.ca_secrets.get(key),
     };
-    let name = format!("{kind}/{}", key.name.as_deref().unwrap_or_default());
-    let namespace = key.namespace.as_deref().unwrap_or_default();
     let bundle = match found {
-        // A watch that has not reported yet: the snapshot was settled, so this is not seen.
-        None => return Err(format!("{name} in namespace {namespace} has not been read yet")),
-        Some(Err(refused)) => {
-            return Err(format!(
-                "{name} in namespace {namespace} cannot be read ({refused}): the chart lets the controller read \
-                 only the names in nodeAgent.caBundles"
-            ));
-        }
+        None => return Err(CaProblem::NotReadYet(source)),
+        Some(Err(refused)) => return Err(CaProblem::Unreadable(source, refused.clone())),
         Some(Ok(objects)) => objects.first().map(|kept| kept.0.clone()),
     };
     match bundle {
-        None => Err(format!("{name} does not exist in namespace {namespace}")),
-        Some(None) => Err(format!("{name} in namespace {namespace} has no {CA_KEY}")),
+        None => Err(CaProblem::Missing(source)),
+        Some(None) => Err(CaProblem::NoKey(source)),
         Some(Some(pem)) if pem.contains("-----BEGIN CERTIFICATE-----") => Ok(Some(pem)),
-        Some(Some(_)) => Err(format!("{name} in namespace {namespace}: its {CA_KEY} holds no PEM certificate")),
+        Some(Some(_)) => Err(CaProblem::NotPem(source)),
     }
 }
 
@@ -292,24 +346,14 @@ fn split_port(address: &str) -> Result<(&str, Option<i32>), std::num::ParseIntEr
     }
 }
 
-/// Why the node concern tells something (an agent about its node, the controller about a registry's CA bundle),
-/// as the Event's reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why the controller's node concern tells something about a registry, as the Event's reason (what an agent tells
+/// of its node is its `Configured` condition: [`api::state::ConfiguredReason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
-    /// Which planned addresses this node's containerd pulls through the agent's files (or that none needs one).
-    HostsConfigured,
-    /// A planned address whose directory holds a file the agent did not write: left alone.
-    ForeignHostsFile,
-    /// A planned address whose file could not be written or removed.
-    HostsFileFailed,
     /// A registry that serves TLS names a CA bundle the controller cannot use: no node is configured for it.
     CaBundleUnusable,
-    /// This node's containerd reads another hosts directory than the one the agent writes into.
-    ConfigPathMismatch,
     /// A published address no node file is written for: not the registry's own, and not allowed by the admin.
     AddressNotAllowed,
-    /// The node plan is of a newer format than the agent knows: not applied.
-    PlanTooNew,
     /// A mirror the cluster admin set whose Service cannot be used: no node file for its upstream.
     MirrorUnusable,
 }
@@ -317,23 +361,14 @@ pub enum Reason {
 impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::HostsConfigured => "HostsConfigured",
-            Reason::ForeignHostsFile => "ForeignHostsFile",
-            Reason::HostsFileFailed => "HostsFileFailed",
             Reason::CaBundleUnusable => "CaBundleUnusable",
-            Reason::ConfigPathMismatch => "ConfigPathMismatch",
             Reason::AddressNotAllowed => "AddressNotAllowed",
-            Reason::PlanTooNew => "PlanTooNew",
             Reason::MirrorUnusable => "MirrorUnusable",
         }
     }
-
-    pub fn warning(self) -> bool {
-        self != Reason::HostsConfigured
-    }
 }
 
-/// What an agent tells about its node, on its own Pod.
+/// What the controller's node concern tells about a registry or the plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
     pub regarding: ObjectReference,
@@ -341,80 +376,8 @@ pub struct Notice {
     pub message: String,
 }
 
-/// What the agent found of its node's containerd: the check, and what it says in words (see [`runtime::describe`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeFinding {
-    pub check: runtime::RuntimeCheck,
-    pub said: Option<String>,
-}
-
-/// The state of the node after a pass, in words: the addresses configured, then each one left alone or failed.
-/// None is configured while containerd reads another directory, whatever the agent wrote.
-pub fn notices(
-    plan: &NodePlan,
-    report: &files::Report,
-    runtime: &RuntimeFinding,
-    regarding: &ObjectReference,
-) -> Vec<Notice> {
-    let notice = |reason, message| Notice { regarding: regarding.clone(), reason, message };
-    let unread = runtime.check.unread();
-    let troubled =
-        |address: &str| report.foreign.iter().any(|a| a == address) || report.failed.iter().any(|(a, _)| a == address);
-    let configured: Vec<String> = plan
-        .hosts
-        .iter()
-        .filter(|entry| !troubled(&entry.address))
-        .map(|entry| format!("{} via {}", entry.address, entry.endpoint))
-        .collect();
-    let summary = if plan.hosts.is_empty() {
-        "no published address needs a hosts.toml on this node".to_string()
-    } else if unread {
-        "no published address is configured on this node: its containerd does not read this agent's files".into()
-    } else if configured.is_empty() {
-        "no published address is configured on this node".to_string()
-    } else {
-        format!("this node's containerd pulls {}", configured.join(", "))
-    };
-    // One Event per reason: Events are kept per object and reason. A mismatch is its own Warning; any other word
-    // on containerd's config (a caveat, or why it could not be read) goes with the summary.
-    let mut said = match (&runtime.said, unread) {
-        (Some(why), true) => {
-            vec![notice(Reason::HostsConfigured, summary), notice(Reason::ConfigPathMismatch, why.clone())]
-        }
-        (Some(why), false) => vec![notice(Reason::HostsConfigured, format!("{summary} ({why})"))],
-        (None, _) => vec![notice(Reason::HostsConfigured, summary)],
-    };
-    if !report.foreign.is_empty() {
-        let addresses = report.foreign.join(", ");
-        let message = format!(
-            "{addresses}: a hosts.toml this agent did not write is there; it is left as it is, so this node pulls \
-             them as that file says (remove it to let the agent configure the address)"
-        );
-        said.push(notice(Reason::ForeignHostsFile, message));
-    }
-    if !report.failed.is_empty() {
-        let failures: Vec<String> = report.failed.iter().map(|(address, why)| format!("{address}: {why}")).collect();
-        said.push(notice(Reason::HostsFileFailed, format!("hosts.toml not written: {}", failures.join("; "))));
-    }
-    said
-}
-
-impl NodePlan {
-    /// The plan of `hosts` (sorted), in the oldest format that holds them.
-    pub fn of(hosts: Vec<HostEntry>) -> Self {
-        let format = if hosts.iter().any(|entry| entry.server.is_some()) { 2 } else { 1 };
-        Self { format, hosts }
-    }
-
-    /// The plan as its ConfigMap holds it.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-
-    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
-    }
-}
+// Each is a registry or mirror no node is configured for.
+crate::events::impl_tell!(Notice, |_: &Notice| true);
 
 #[cfg(test)]
 mod tests;

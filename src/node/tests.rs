@@ -6,7 +6,6 @@ use crate::keys::service::CA_BUNDLE;
 use crate::registry::fixtures::{ServiceBuilder, allowed_registries, service};
 use crate::registry::{Cluster, Registry};
 use crate::settings::Settings;
-use k8s_openapi::api::core::v1::ObjectReference;
 
 /// What the publisher would hand on for this one registry Service.
 fn published(service: ServiceBuilder) -> Published {
@@ -120,7 +119,7 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     assert_eq!(interest(Some(&tls), &Rules::default()).ca_secrets.len(), 1);
     assert!(interest(Some(&tls), &Rules::default()).ca_configmaps.is_empty());
     assert_eq!(ca_bundle(&tls, &observed(&source, Ok(Some(Some(CA))))), Ok(Some(CA.to_string())));
-    let fault = |found| ca_bundle(&tls, &observed(&source, found)).expect_err("a fault");
+    let fault = |found| ca_bundle(&tls, &observed(&source, found)).expect_err("a fault").to_string();
     assert_eq!(fault(Ok(None)), "secret/registry-tls does not exist in namespace registry");
     assert_eq!(fault(Ok(Some(None))), "secret/registry-tls in namespace registry has no ca.crt");
     assert!(fault(Ok(Some(Some("not a certificate")))).ends_with("its ca.crt holds no PEM certificate"));
@@ -134,7 +133,7 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     for bad in ["registry-ca", "configmap/", "pod/registry-ca", "secret/Registry_CA", "secret/a/b"] {
         let named = published_with(CA_BUNDLE, bad, true);
         let why = ca_source(&named).expect("named").expect_err(bad);
-        assert!(why.contains("must be configmap/<name> or secret/<name>"), "{bad}: {why}");
+        assert!(why.to_string().contains("must be configmap/<name> or secret/<name>"), "{bad}: {why}");
         assert_eq!(interest(Some(&named), &Rules::default()), Interest::default(), "{bad}");
         assert_eq!(ca_bundle(&named, &Observed::default()), Err(why));
     }
@@ -196,14 +195,21 @@ fn a_namespace_naming_a_public_registry_redirects_no_node_and_is_told_why() {
         let (planned, refused) = plan(Some(&published), None, &[]);
         assert!(planned.hosts.iter().all(|entry| entry.address != "registry.k8s.io"), "{field}: {planned:?}");
         assert_eq!(refused, [("registry.k8s.io".to_string(), Refusal::NotAllowed)], "{field}");
-        let told = refusal_message(&refused).expect("told");
-        assert!(told.contains("registry.k8s.io does not name this Service alone"), "{told}");
+        let decision = Decision { refused: refused.clone(), ..Decision::default() };
+        let told = decision.notices(Some(&published.reference), &ObjectReference::default());
+        assert_eq!(told.len(), 1, "{told:?}");
+        let told = &told[0].message;
+        assert!(
+            told.contains(
+                "registry.k8s.io is published but no node is configured to pull it: registry.k8s.io does not name this Service alone"
+            ),
+            "{told}"
+        );
         assert!(told.contains("nodeAgent.allowedAddresses"), "{told}");
         // Allowed by the admin, it gets its file.
         let (planned, refused) = plan(Some(&published), None, &allowing(&["registry.k8s.io"]));
         assert!(refused.is_empty() && planned.hosts.iter().any(|entry| entry.address == "registry.k8s.io"));
     }
-    assert_eq!(refusal_message(&[]), None);
 }
 
 #[test]
@@ -260,90 +266,6 @@ fn the_plan_reads_back_as_written() {
     assert_eq!(NodePlan::from_json(&written.to_json()).expect("reads back"), written);
 }
 
-/// The agent's Pod, which its notices regard.
-fn agent_pod() -> ObjectReference {
-    ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() }
-}
-
-/// A planned address the node reaches at the registry's ClusterIP.
-fn entry(address: &str) -> HostEntry {
-    HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
-}
-
-#[test]
-fn the_agent_tells_what_its_node_pulls_and_each_address_it_left_alone_or_could_not_write() {
-    let regarding = agent_pod();
-    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000"), entry("c:5000")], ..NodePlan::default() };
-    let report = files::Report {
-        foreign: vec!["b:5000".into()],
-        failed: vec![("c:5000".into(), "read-only file system".into())],
-        ..files::Report::default()
-    };
-    let checked = RuntimeFinding { check: runtime::RuntimeCheck::Unchecked, said: None };
-    let told: Vec<(Reason, String)> =
-        notices(&plan, &report, &checked, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
-    assert_eq!(
-        told[0],
-        (Reason::HostsConfigured, "this node's containerd pulls a:5000 via http://10.96.0.12:5000".into())
-    );
-    assert_eq!(told[1].0, Reason::ForeignHostsFile);
-    assert!(told[1].1.starts_with("b:5000: a hosts.toml this agent did not write is there"), "{}", told[1].1);
-    assert_eq!(told[2], (Reason::HostsFileFailed, "hosts.toml not written: c:5000: read-only file system".into()));
-    assert!(
-        !Reason::HostsConfigured.warning() && Reason::ForeignHostsFile.warning() && Reason::HostsFileFailed.warning()
-    );
-    let nothing = notices(&NodePlan::default(), &files::Report::default(), &checked, &regarding);
-    assert_eq!(nothing.len(), 1);
-    assert_eq!(nothing[0].message, "no published address needs a hosts.toml on this node");
-}
-
-#[test]
-fn a_node_whose_containerd_reads_another_directory_is_told_configured_for_nothing() {
-    let regarding = ObjectReference { name: Some("agent-x".into()), ..ObjectReference::default() };
-    let entry =
-        HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None };
-    let plan = NodePlan { hosts: vec![entry], ..NodePlan::default() };
-    let written = files::Report { written: vec!["a:5000".into()], ..files::Report::default() };
-    let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
-    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
-    let elsewhere = RuntimeFinding { check, said: said.clone() };
-    let told: Vec<(Reason, String)> =
-        notices(&plan, &written, &elsewhere, &regarding).into_iter().map(|n| (n.reason, n.message)).collect();
-    assert_eq!(told[0].0, Reason::HostsConfigured);
-    assert!(!told[0].1.contains(" via "), "nothing is configured: {}", told[0].1);
-    assert_eq!(told[1], (Reason::ConfigPathMismatch, said.unwrap_or_default()));
-    assert!(Reason::ConfigPathMismatch.warning());
-    // containerd 2.2's default directory: configured, with the caveat in words.
-    let check = runtime::RuntimeCheck::Reads { config_path: None };
-    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
-    let default = RuntimeFinding { check, said };
-    let told = notices(&plan, &written, &default, &regarding);
-    assert_eq!(told.len(), 1);
-    assert!(told[0].message.starts_with("this node's containerd pulls a:5000 via http://10.96.0.12:5000 ("));
-    assert!(told[0].message.contains("containerd 2.2 and later"), "{}", told[0].message);
-}
-
-#[test]
-fn a_foreign_file_is_still_reported_while_containerd_reads_another_directory() {
-    let regarding = agent_pod();
-    let plan = NodePlan { hosts: vec![entry("a:5000"), entry("b:5000")], ..NodePlan::default() };
-    let report = files::Report {
-        written: vec!["a:5000".into()],
-        foreign: vec!["b:5000".into()],
-        failed: vec![("c:5000".into(), "read-only file system".into())],
-        ..files::Report::default()
-    };
-    let check = runtime::RuntimeCheck::Elsewhere { config_path: Some("/srv/certs.d".into()) };
-    let said = runtime::describe(&check, "/etc/containerd/config.toml", "/etc/containerd/certs.d");
-    let elsewhere = RuntimeFinding { check, said };
-    let reasons: Vec<Reason> = notices(&plan, &report, &elsewhere, &regarding).into_iter().map(|n| n.reason).collect();
-    // Fixing containerd's directory would not fix these: they are told beside the mismatch, not hidden by it.
-    assert_eq!(
-        reasons,
-        [Reason::HostsConfigured, Reason::ConfigPathMismatch, Reason::ForeignHostsFile, Reason::HostsFileFailed]
-    );
-}
-
 #[test]
 fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
     let tls = published_with(CA_BUNDLE, "configmap/registry-ca", true);
@@ -353,7 +275,7 @@ fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
     assert!(!found.plan.hosts.is_empty() && found.plan.hosts.iter().all(|entry| entry.ca.as_deref() == Some(CA)));
     let missing = decide(Some(&tls), &observed(&source, Ok(None)), &Rules::default());
     assert_eq!(missing.plan, NodePlan::default());
-    assert_eq!(missing.ca_problem.as_deref(), Some("configmap/registry-ca does not exist in namespace registry"));
+    assert_eq!(missing.ca_problem, Some(CaProblem::Missing(source)));
     assert_eq!(decide(None, &Observed::default(), &Rules::default()), Decision::default());
 }
 
@@ -372,7 +294,7 @@ fn the_admins_mirrors_are_planned_with_or_without_a_registry_and_take_their_upst
     // Nothing published: the mirror alone, in the format that holds a fallback.
     let alone = decide(None, &observed, &rules(&[]));
     assert_eq!(entries(&alone.plan), [("docker.io", "http://10.96.0.50:5000")]);
-    assert_eq!(alone.plan.hosts[0].server.as_deref(), Some("https://registry-1.docker.io"));
+    assert_eq!(alone.plan.hosts[0].server.as_ref().map(Endpoint::as_str), Some("https://registry-1.docker.io"));
     assert_eq!(alone.plan.format, 2);
     assert_eq!(NodePlan::from_json(&alone.plan.to_json()).expect("reads back"), alone.plan);
 
@@ -390,12 +312,82 @@ fn the_admins_mirrors_are_planned_with_or_without_a_registry_and_take_their_upst
     let docker: Vec<&HostEntry> = allowed.plan.hosts.iter().filter(|e| e.address == "docker.io").collect();
     assert_eq!(docker.len(), 1);
     assert_eq!(docker[0].endpoint, "http://10.96.0.50:5000");
-    assert!(refusal_message(&allowed.refused).is_some_and(|m| m.contains("nodeAgent.mirrors")));
+    let plan = ObjectReference { name: Some("node-plan".into()), ..ObjectReference::default() };
+    let told = allowed.notices(Some(&hijack.reference), &plan);
+    assert!(told.iter().any(|n| n.reason == Reason::AddressNotAllowed && n.message.contains("nodeAgent.mirrors")));
     // Without the registry or a fallback, plans stay in the first format an older agent reads.
     assert_eq!(decide(Some(&hijack), &Observed::default(), &rules(&["docker.io"])).plan.format, 1);
     let unusable = decide(None, &Observed::default(), &rules(&[]));
+    let said: Vec<String> = unusable.mirror_problems.iter().map(ToString::to_string).collect();
+    assert_eq!(said, ["the mirror of docker.io (Service cache/docker-hub port 5000): not read yet"]);
+}
+
+#[test]
+fn each_problem_is_one_notice_worded_once_on_the_object_it_is_about() {
+    let registry = ObjectReference { name: Some("zot".into()), ..ObjectReference::default() };
+    let plan = ObjectReference { name: Some("node-plan".into()), ..ObjectReference::default() };
+    let source = CaSource::Secret(WatchKey::in_namespace("registry").named("registry-tls"));
+    let mirror: Mirror = "docker.io=service:cache/docker-hub:5000".parse().expect("a mirror");
+    let decision = Decision {
+        plan: NodePlan::default(),
+        ca_problem: Some(CaProblem::Missing(source)),
+        refused: vec![("quay.io".into(), Refusal::NotAllowed), ("ghcr.io".into(), Refusal::NotAllowed)],
+        mirror_problems: vec![MirrorProblem { mirror, fault: mirror::MirrorFault::NoPort(5000) }],
+    };
+    let told = decision.notices(Some(&registry), &plan);
+    let said: Vec<(Reason, &str, &str)> =
+        told.iter().map(|n| (n.reason, n.regarding.name.as_deref().unwrap_or_default(), n.message.as_str())).collect();
+    assert_eq!(said.len(), 3, "{said:?}");
     assert_eq!(
-        unusable.mirror_problems,
-        ["the mirror of docker.io (Service cache/docker-hub port 5000): not read yet"]
+        said[0],
+        (
+            Reason::CaBundleUnusable,
+            "zot",
+            "its CA bundle cannot be used, so no node is configured to pull it: secret/registry-tls does not exist \
+             in namespace registry"
+        )
     );
+    assert_eq!((said[1].0, said[1].1), (Reason::AddressNotAllowed, "zot"));
+    assert!(said[1].2.starts_with("quay.io is published but no node is configured to pull it: quay.io does not name"));
+    assert!(
+        said[1].2.contains("; ghcr.io is published but no node is configured to pull it: ghcr.io "),
+        "{}",
+        said[1].2
+    );
+    assert_eq!(
+        said[2],
+        (
+            Reason::MirrorUnusable,
+            "node-plan",
+            "each node pulls these upstreams directly: the mirror of docker.io (Service cache/docker-hub port 5000): \
+             has no port 5000"
+        )
+    );
+    // With no registry published, what is about it is not told (there is nothing to tell it on).
+    let without: Vec<Reason> = decision.notices(None, &plan).iter().map(|n| n.reason).collect();
+    assert_eq!(without, [Reason::MirrorUnusable]);
+    assert_eq!(Decision::default().notices(Some(&registry), &plan), []);
+}
+
+#[test]
+fn a_node_plan_error_names_the_configmap_it_was_about() {
+    let target = NodePlanTarget {
+        namespace: "local-registry-publisher".into(),
+        name: "lrp-node-plan".into(),
+        rules: Rules::default(),
+    };
+    // The controller's read and apply errors say this (and so its logs and Events).
+    assert_eq!(target.to_string(), "ConfigMap local-registry-publisher/lrp-node-plan");
+    // The Events about the plan (an unusable mirror) name the same object.
+    let reference = target.reference();
+    let named = [&reference.api_version, &reference.kind, &reference.namespace, &reference.name];
+    let named: Vec<Option<&str>> = named.into_iter().map(Option::as_deref).collect();
+    assert_eq!(named, [Some("v1"), Some("ConfigMap"), Some("local-registry-publisher"), Some("lrp-node-plan")]);
+}
+
+#[test]
+fn the_controllers_node_reasons_are_the_words_its_events_carry() {
+    let words: Vec<&str> =
+        [Reason::CaBundleUnusable, Reason::AddressNotAllowed, Reason::MirrorUnusable].map(Reason::as_str).to_vec();
+    assert_eq!(words, ["CaBundleUnusable", "AddressNotAllowed", "MirrorUnusable"]);
 }

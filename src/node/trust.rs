@@ -92,6 +92,24 @@ pub enum Refusal {
     Mirrored,
 }
 
+/// Why, as the predicate of a sentence whose subject is the address: worded once, for the controller's Event and
+/// `doctor` alike.
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NotAllowed => f.write_str(
+                "does not name this Service alone (its ClusterIP, cluster DNS names, nodePort or hostPort) and \
+                 matches no address a cluster admin allowed (chart value nodeAgent.allowedAddresses)",
+            ),
+            Refusal::Invalid(why) => write!(f, "is no address a node file may be written for: {why}"),
+            Refusal::Mirrored => f.write_str(
+                "is a public registry the cluster admin mirrors (chart value nodeAgent.mirrors): its node file \
+                 sends pulls to that mirror, not to this registry",
+            ),
+        }
+    }
+}
+
 /// Whether node files may be written for `address` of a registry whose own addresses are `own`.
 pub fn admit(address: &str, own: &[String], allowed: &[AddressPattern]) -> Result<(), Refusal> {
     crate::hosting::address::check(address).map_err(Refusal::Invalid)?;
@@ -146,17 +164,20 @@ mod tests {
     #[test]
     fn what_is_no_address_is_refused_with_the_rule() {
         for (bad, rule) in [
-            ("*", "DNS label"),
+            ("*", "is not a valid DNS name"),
             ("*.", "is empty"),
             ("*.10.0.0.1", "not an IP address"),
             ("Registry.Example", "lowercase"),
             ("https://registry.example", "scheme"),
             ("registry.example/path", "no path"),
-            ("_default", "DNS label"),
+            ("_default", "is not a valid DNS name"),
+            ("team_a.example", "has the label \"team_a\", which is not valid"),
             ("docker.io:0", "plain digits"),
         ] {
             let error = bad.parse::<AddressPattern>().expect_err(bad);
             assert!(error.contains(rule) && error.contains("allowed address is host[:port]"), "{bad}: {error}");
+            let said = error.split(" (an allowed address").next().unwrap_or_default();
+            assert_eq!(said.matches(&format!("{bad:?}")).count(), 1, "the value is named once: {error}");
         }
         assert_eq!(pattern(" *.corp.example:5000 ").to_string(), "*.corp.example:5000");
     }

@@ -61,6 +61,9 @@ pub struct Notice {
     pub message: Arc<str>,
 }
 
+// A hold starting is told once per hold, by the pass that starts it.
+crate::events::impl_tell!(Notice, |n: &Notice| n.reason.warning(), |n: &Notice| n.reason == Reason::ConflictingWriter);
+
 impl Notice {
     pub fn new(regarding: &ObjectReference, reason: Reason, message: impl Into<Arc<str>>) -> Self {
         Self { regarding: regarding.clone(), reason, message: message.into() }

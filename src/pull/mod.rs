@@ -71,6 +71,9 @@ pub struct Notice {
     pub message: Arc<str>,
 }
 
+// Every pull notice is a problem in some namespace.
+crate::events::impl_tell!(Notice, |_: &Notice| true);
+
 /// The Secret the published registry's Service names for its pull credentials; an empty annotation names none.
 pub fn credentials_secret(published: &Published) -> Option<(String, String)> {
     let name = published.service.annotations().get(keys::service::PULL_SECRET)?.trim();

@@ -12,19 +12,41 @@ use kube::{Client, ResourceExt};
 
 use super::text::say;
 use crate::keys;
-use crate::node::state::NodePullState;
-use crate::node::{NodePlan, Refusal};
+use crate::node::NodePlan;
+use crate::node::NodePlanTarget;
+use crate::node::api::state::NodePullState;
+use crate::node::{self, Reason};
 use crate::publish::Published;
-use crate::settings::NodePlanTarget;
+use crate::watch::{self, sets::NodeWatches};
 
-/// Reports the node pulls of `published`; returns whether all is well. `agents` is where the running controller
-/// keeps the node plan, `None` when the node agent is off. `kept`: readers keep seeing a document whose registry
-/// now has a problem, so the plan stored for it stays in force.
+/// What the node section found: whether all is well, and what is not failing but is not done either (an address
+/// no node file is written for, agents that cover no node), for the summary to name on lines of their own.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub well: bool,
+    pub not_done: Vec<String>,
+}
+
+/// Reports the node pulls of `published`. `agents` is where the running controller keeps the node plan, `None`
+/// when the node agent is off. `kept`: readers keep seeing a document whose registry now has a problem, so the
+/// plan stored for it stays in force.
 pub async fn report(
     client: &Client,
     published: Option<&Published>,
     kept: bool,
     agents: Option<&NodePlanTarget>,
+) -> Report {
+    let mut not_done = Vec::new();
+    let well = section(client, published, kept, agents, &mut not_done).await;
+    Report { well, not_done }
+}
+
+async fn section(
+    client: &Client,
+    published: Option<&Published>,
+    kept: bool,
+    agents: Option<&NodePlanTarget>,
+    not_done: &mut Vec<String>,
 ) -> bool {
     say!("\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
     let decision = match (kept, agents) {
@@ -43,14 +65,21 @@ pub async fn report(
         }
         _ => {
             let rules = agents.map(|a| a.rules.clone()).unwrap_or_default();
-            crate::controller::node::observe(client, published, &rules).await
+            let observed = watch::observe::<NodeWatches>(client, |_| node::interest(published, &rules)).await;
+            node::decide(published, &observed, &rules)
         }
     };
-    let (plan, ca_problem) = (decision.plan, decision.ca_problem);
-    if let (Some(why), Some(_)) = (&ca_problem, agents) {
-        say!("  the registry serves TLS and its CA bundle cannot be used (as read by this identity): {why}");
+    // What the controller tells of its decision, worded as its Events are (read with this identity).
+    let notices = match agents {
+        Some(agents) => decision.notices(published.map(|p| &p.reference), &agents.reference()),
+        None => Vec::new(),
+    };
+    let told = |reason| notices.iter().filter(move |notice| notice.reason == reason);
+    if let Some(notice) = told(Reason::CaBundleUnusable).next() {
+        say!("  the registry serves TLS and {} (as read by this identity)", notice.message);
         return false;
     }
+    let plan = decision.plan;
     if plan.hosts.is_empty() && published.is_some_and(|p| p.ports.tls) {
         say!(
             "  the registry serves TLS: nodes are configured for it only with its CA bundle (annotation {}, \
@@ -61,24 +90,18 @@ pub async fn report(
         return true;
     }
     // A refusal is the admin's rule at work, not a fault: told, without failing the exit status.
+    for notice in told(Reason::AddressNotAllowed) {
+        say!("  {}", notice.message);
+    }
+    // Refused only matters where agents write node files at all (with them off, no address gets one).
     if agents.is_some() {
-        for (address, refusal) in &decision.refused {
-            let why = match refusal {
-                Refusal::NotAllowed => "it does not name the registry's Service alone and matches no allowed address \
-                     (chart value nodeAgent.allowedAddresses)"
-                    .to_string(),
-                Refusal::Invalid(why) => why.clone(),
-                Refusal::Mirrored => "the cluster admin mirrors it (chart value nodeAgent.mirrors), so its node \
-                     file sends pulls to that mirror"
-                    .to_string(),
-            };
-            say!("  {address} is published but no node is configured to pull it: {why}");
-        }
+        let refused = decision.refused.iter();
+        not_done.extend(refused.map(|(address, refusal)| format!("{address} gets no node file: it {refusal}")));
     }
     // A mirror the admin set that cannot be used is a fault: its upstream is pulled directly.
-    let mirrors_usable = decision.mirror_problems.is_empty();
-    for problem in &decision.mirror_problems {
-        say!("  {problem}; each node pulls it from the upstream directly");
+    let mirrors_usable = told(Reason::MirrorUnusable).next().is_none();
+    for notice in told(Reason::MirrorUnusable) {
+        say!("  {}", notice.message);
     }
     if plan.hosts.is_empty() {
         say!("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
@@ -120,11 +143,7 @@ pub async fn report(
     let selector = format!("{}={}", keys::chart::COMPONENT, keys::chart::NODE_AGENT);
     let pods = Api::<Pod>::namespaced(client.clone(), &agents.namespace);
     let pods = pods.list(&ListParams::default().labels(&selector)).await.map(|l| l.items).unwrap_or_default();
-    // Only the DaemonSet's own pods are agents: anyone who may create pods there could copy its labels.
-    let owned = |pod: &&Pod| {
-        pod.owner_references().iter().any(|o| o.controller == Some(true) && Some(&o.uid) == daemonset.uid().as_ref())
-    };
-    let pods: Vec<&Pod> = pods.iter().filter(owned).collect();
+    let pods = verdict::agents(&pods, &daemonset);
     let states = Api::<NodePullState>::namespaced(client.clone(), &agents.namespace);
     let states = match states.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -136,14 +155,22 @@ pub async fn report(
     let events = Api::<Event>::namespaced(client.clone(), &agents.namespace);
     let events = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
     let mut well = mirrors_usable;
+    let mut covered = 0;
     for node in &nodes {
         let name = node.name_any();
         let pod = pods.iter().copied().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name));
-        let state = states.iter().find(|s| s.name_any() == name).map(|s| &s.status);
+        let state = states.iter().find(|s| s.name_any() == name).and_then(|s| s.status.as_ref());
         let found = verdict::Found { node, template: &template, pod, state, events: &events };
         let line = verdict::node(&found, &plan);
         well &= !line.fails();
+        covered += usize::from(!matches!(line, verdict::Line::NotCovered(_)));
         say!("  node {name}: {}", line.said());
+    }
+    if covered == 0 {
+        not_done.push(format!(
+            "no node is covered by the node agent, so no node pulls {} through its files",
+            plan.hosts.iter().map(|entry| entry.address.as_str()).collect::<Vec<_>>().join(", ")
+        ));
     }
     well
 }

@@ -2,12 +2,13 @@
 //! hosts.toml, how its agent pod is, and what the agent's state says of the plan in force. Only a covered
 //! containerd node can fail the report; the others are told with why.
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 
 use crate::node::NodePlan;
-use crate::node::state::{self, NodeState};
+use crate::node::api::state::{Address, ConfigPathCheck, NodeState, STALE_AFTER_RESYNCS, Verdict};
 
 /// What is known of one node.
 pub struct Found<'a> {
@@ -43,6 +44,16 @@ impl Line {
     }
 }
 
+/// The agents among `pods`: only the DaemonSet's own pods (it is their controller), since anyone who may create pods
+/// in its namespace could copy its labels and write a state in its name.
+pub fn agents<'a>(pods: &'a [Pod], daemonset: &DaemonSet) -> Vec<&'a Pod> {
+    let Some(uid) = daemonset.uid() else {
+        return Vec::new();
+    };
+    let controlled = |pod: &&Pod| pod.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
+    pods.iter().filter(controlled).collect()
+}
+
 pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
@@ -65,7 +76,7 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
         return Line::Wrong(format!(
             "its node agent pod {name} is not ready, so what it last wrote may be stale (an agent is unready once it \
              has not passed over its directory for {} resyncs, or while it cannot write its state){trouble}",
-            state::STALE_AFTER_RESYNCS
+            STALE_AFTER_RESYNCS
         ));
     }
     let Some(state) = found.state else {
@@ -77,9 +88,51 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
             state.agent.pod
         ));
     }
-    match state::verdict(plan, state) {
+    match verdict(plan, state) {
         Ok(said) => Line::Configured(said),
         Err(said) => Line::Wrong(said),
+    }
+}
+
+/// A node's state checked against the plan now in force: `Ok` says what is configured when every planned address
+/// is, `Err` what is not and why, each trouble once (a runtime reading another directory is said once for all the
+/// addresses it leaves unread).
+fn verdict(plan: &NodePlan, state: &NodeState) -> Result<String, String> {
+    let mut missing = Vec::new();
+    for entry in &plan.hosts {
+        let found =
+            state.addresses.iter().find(|a| a.address == entry.address && a.endpoint == entry.endpoint.to_string());
+        match found {
+            Some(Address { verdict: Verdict::Configured, .. }) => {}
+            Some(address) => {
+                let why = address.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+                missing.push(format!("{} ({}{why})", entry.address, address.verdict.as_str()));
+            }
+            None => missing.push(format!("{} (not in the plan its agent applied yet)", entry.address)),
+        }
+    }
+    if missing.is_empty() {
+        let mirrored: Vec<&str> =
+            plan.hosts.iter().filter(|entry| entry.server.is_some()).map(|entry| entry.address.as_str()).collect();
+        let mirrors = if mirrored.is_empty() { String::new() } else { format!(", mirroring {}", mirrored.join(", ")) };
+        Ok(format!("configured by {}{mirrors}{}", state.agent.pod, read_in(state)))
+    } else {
+        let mut said = format!("not configured for {} (agent {})", missing.join(", "), state.agent.pod);
+        if state.runtime.config_path_check == ConfigPathCheck::Elsewhere {
+            said.push_str("; ConfigPathMismatch: ");
+            said.push_str(state.runtime.message.as_deref().unwrap_or("containerd reads another directory"));
+        }
+        Err(said)
+    }
+}
+
+/// Where the agent found the runtime's hosts directory, first thing to look at when a node is not what it seems:
+/// `; <config file> sets config_path <directory>`; nothing when it did not read the config.
+fn read_in(state: &NodeState) -> String {
+    match (&state.runtime.config_file, &state.runtime.config_path) {
+        (Some(file), Some(path)) => format!("; {file} sets config_path {path}"),
+        (Some(file), None) => format!("; {file} sets no config_path"),
+        (None, _) => String::new(),
     }
 }
 
@@ -154,7 +207,7 @@ mod tests {
 
     use super::*;
     use crate::node::HostEntry;
-    use crate::node::state::{Address, Agent, Verdict};
+    use crate::node::api::state::{Agent, Runtime};
 
     fn node(name: &str, runtime: &str, labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
         let mut node = Node::default();
@@ -374,5 +427,110 @@ mod tests {
         for line in [Line::Configured("a".into()), Line::NotCovered("a".into()), Line::Wrong("a".into())] {
             assert_eq!(line.said(), "a", "{line:?}");
         }
+    }
+
+    fn entry(address: &str) -> HostEntry {
+        HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
+    }
+
+    fn found(addresses: &[(&str, Verdict, Option<&str>)]) -> NodeState {
+        let addresses = addresses.iter().map(|(address, verdict, message)| Address {
+            address: address.to_string(),
+            endpoint: "http://10.96.0.12:5000".into(),
+            server: None,
+            verdict: *verdict,
+            message: message.map(str::to_string),
+        });
+        NodeState {
+            agent: Agent { pod: "agent-x".into(), ..Agent::default() },
+            addresses: addresses.collect(),
+            ..NodeState::default()
+        }
+    }
+
+    #[test]
+    fn only_a_node_with_every_planned_address_configured_passes_and_each_other_says_why() {
+        let plan = NodePlan::of(vec![entry("a:5000"), entry("b:5000"), entry("c:5000")]);
+        let state = found(&[
+            ("a:5000", Verdict::Configured, None),
+            ("b:5000", Verdict::Foreign, Some("a hosts.toml this agent did not write is there")),
+            ("c:5000", Verdict::Failed, Some("read-only file system")),
+        ]);
+        let said = verdict(&plan, &state).expect_err("two are not configured");
+        assert!(said.starts_with("not configured for b:5000 (foreign: a hosts.toml"), "{said}");
+        assert!(said.contains("c:5000 (failed: read-only file system)"), "{said}");
+        let mut clean = found(&[("a:5000", Verdict::Configured, None)]);
+        assert_eq!(verdict(&NodePlan::of(vec![entry("a:5000")]), &clean), Ok("configured by agent-x".into()));
+        // What the agent read of the runtime's config comes first when a node is not what it seems.
+        clean.runtime.config_file = Some("/etc/containerd/config.toml".into());
+        clean.runtime.config_path = Some("/etc/containerd/certs.d".into());
+        let said = verdict(&NodePlan::of(vec![entry("a:5000")]), &clean);
+        assert_eq!(
+            said,
+            Ok("configured by agent-x; /etc/containerd/config.toml sets config_path /etc/containerd/certs.d".into())
+        );
+        clean.runtime.config_path = None;
+        let said = verdict(&NodePlan::of(vec![entry("a:5000")]), &clean);
+        assert_eq!(said, Ok("configured by agent-x; /etc/containerd/config.toml sets no config_path".into()));
+    }
+
+    #[test]
+    fn a_mirror_is_named_on_a_configured_node() {
+        let mirror = HostEntry { server: Some("https://registry-1.docker.io".into()), ..entry("docker.io") };
+        let plan = NodePlan::of(vec![entry("a:5000"), mirror]);
+        let state = found(&[("a:5000", Verdict::Configured, None), ("docker.io", Verdict::Configured, None)]);
+        assert_eq!(verdict(&plan, &state), Ok("configured by agent-x, mirroring docker.io".into()));
+    }
+
+    #[test]
+    fn a_plan_the_agent_has_not_applied_yet_or_a_moved_endpoint_is_not_configured() {
+        let state = found(&[("a:5000", Verdict::Configured, None)]);
+        let newer = NodePlan::of(vec![entry("a:5000"), entry("b:5000")]);
+        assert!(verdict(&newer, &state).is_err_and(|s| s.contains("b:5000 (not in the plan its agent applied")));
+        let moved = NodePlan::of(vec![HostEntry { endpoint: "http://10.96.0.99:5000".into(), ..entry("a:5000") }]);
+        assert!(verdict(&moved, &state).is_err());
+    }
+
+    #[test]
+    fn a_node_whose_containerd_reads_elsewhere_says_the_mismatch_once() {
+        let plan = NodePlan::of(vec![entry("a:5000"), entry("b:5000")]);
+        let mut state = found(&[("a:5000", Verdict::Unread, None), ("b:5000", Verdict::Unread, None)]);
+        state.runtime = Runtime {
+            config_path_check: ConfigPathCheck::Elsewhere,
+            config_file: Some("/etc/containerd/config.toml".into()),
+            config_path: Some("/srv/certs.d".into()),
+            message: Some("containerd's config sets config_path to /srv/certs.d; set nodeAgent.configPath".into()),
+        };
+        let said = verdict(&plan, &state).expect_err("unread");
+        assert!(said.starts_with("not configured for a:5000 (unread), b:5000 (unread) (agent agent-x)"), "{said}");
+        assert_eq!(said.matches("nodeAgent.configPath").count(), 1, "{said}");
+        assert!(said.contains("; ConfigPathMismatch: containerd's config"), "{said}");
+    }
+
+    #[test]
+    fn only_the_daemonsets_own_pods_are_agents_whatever_their_labels() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owned = |name: &str, uid: &str, controller: Option<bool>| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(name.into());
+            pod.metadata.owner_references = Some(vec![OwnerReference {
+                uid: uid.into(),
+                controller,
+                kind: "DaemonSet".into(),
+                ..OwnerReference::default()
+            }]);
+            pod
+        };
+        let mut daemonset = DaemonSet::default();
+        daemonset.metadata.uid = Some("ds-uid".into());
+        let pods = [
+            owned("agent", "ds-uid", Some(true)),
+            owned("copied-labels", "other-uid", Some(true)),
+            owned("owned-not-controlled", "ds-uid", None),
+            Pod::default(),
+        ];
+        let names: Vec<String> = agents(&pods, &daemonset).iter().map(|p| p.name_any()).collect();
+        assert_eq!(names, ["agent"]);
+        assert!(agents(&pods, &DaemonSet::default()).is_empty(), "a DaemonSet with no UID owns nothing");
     }
 }

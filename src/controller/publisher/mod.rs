@@ -12,19 +12,17 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::watch::{Signals, WatchSets, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::backoff::{self, Backoff};
 use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Task};
 use crate::hosting::configmap::Stored;
 use crate::publish::{self, Action, Decision, Memory, Notice, Published, Reason};
-use crate::registry::watched::publisher_watch_sets;
-use crate::registry::{self, Cluster, Interest};
+use crate::registry::{self, Cluster};
 use crate::settings::Settings;
+use crate::watch::sets::PublisherWatches as Watches;
+use crate::watch::{Signals, WatchSets, settle};
 pub use writer::ConfigMapWriter;
-
-watch_sets!(publisher_watch_sets, Watches, Interest, Cluster);
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "publisher";
@@ -37,19 +35,6 @@ const ABSORB: Duration = Duration::from_millis(20);
 const BURST_HOLD: Duration = Duration::from_millis(250);
 /// How long to wait for our own write to come back through the ConfigMap watch.
 const ECHO_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What the registries and the ConfigMap are right now, once every watch they need has listed: the snapshot a
-/// pass decides on, for `doctor`.
-pub async fn observe(client: &kube::Client, settings: &Settings) -> Cluster {
-    let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
-    let mut watches = Watches::new(client, &signals);
-    loop {
-        if let Some(cluster) = settle(&mut watches, &signals, |c| registry::interest(c, settings)) {
-            return cluster;
-        }
-        signals.changed.notified().await;
-    }
-}
 
 /// Why a pass runs, recorded on its span.
 #[derive(Clone, Copy, Debug)]

@@ -11,31 +11,17 @@ use tokio::sync::watch;
 use tracing::info;
 
 use super::follow::{self, Concern, Follow};
-use super::watch::{Signals, settle, watch_sets};
 use super::{Context, Error, Handoff};
 use crate::events::EventLog;
 use crate::health::Task;
 use crate::publish::Published;
-use crate::pull::{self, Interest, Notice, Observed, pull_watch_sets};
+use crate::pull::{self, Interest, Notice, Observed};
 use crate::settings::PullSecrets;
+use crate::watch::sets::PullWatches as Watches;
 pub use writer::PullWriter;
-
-watch_sets!(pull_watch_sets, Watches, Interest, Observed);
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "pull-secrets";
-
-/// What the pull watches hold for `published`, once every watch it needs has listed (for `doctor`).
-pub async fn observe(client: &kube::Client, published: Option<&Published>, settings: &PullSecrets) -> Observed {
-    let signals = Signals::new(crate::metrics::Metrics::default(), Arc::default());
-    let mut watches = Watches::new(client, &signals);
-    loop {
-        if let Some(observed) = settle(&mut watches, &signals, |o| pull::interest(published, o, settings)) {
-            return observed;
-        }
-        signals.changed.notified().await;
-    }
-}
 
 /// The task: the shared follower loop (`follow::run`) around `Distribution`.
 pub struct PullDistributor {
@@ -62,7 +48,7 @@ impl PullDistributor {
             events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
             settings,
         };
-        Self { follow: Follow::new(context, published, |signals| Watches::new(client, signals)), distribution }
+        Self { follow: Follow::new(client, context, published), distribution }
     }
 
     /// Distributes until `shutdown` completes.

@@ -5,6 +5,7 @@
 //! reconcile loop, `doctor`) gets a complete snapshot.
 
 mod set;
+pub mod sets;
 
 use std::sync::{Arc, Mutex};
 
@@ -35,7 +36,7 @@ impl Signals {
     }
 
     /// A watch stored a change (or finished listing).
-    pub(super) fn store_changed(&self) {
+    fn store_changed(&self) {
         self.pending().get_or_insert_with(Instant::now);
         self.changed.notify_one();
         self.stored.notify_waiters();
@@ -53,9 +54,11 @@ impl Signals {
 }
 
 /// A concern's watch sets, made by [`watch_sets!`].
-pub trait WatchSets {
+pub trait WatchSets: Sized {
     type Interest: PartialEq;
     type Snapshot;
+    /// The sets with no watch running yet; each watch reports to `signals`.
+    fn new(client: &kube::Client, signals: &Signals) -> Self;
     /// Runs exactly the watches `interest` names.
     fn follow(&mut self, interest: &Self::Interest) -> Followed;
     fn snapshot(&self) -> Self::Snapshot;
@@ -99,42 +102,56 @@ pub fn settle<W: WatchSets>(
     (synced && followed.unchanged()).then_some(snapshot)
 }
 
+/// A complete snapshot of what `interest_of` asks for, read once by watches that stop when it is returned: what
+/// a running task would decide on, for `doctor`, which reads with its own identity.
+pub async fn observe<W: WatchSets>(
+    client: &kube::Client,
+    interest_of: impl Fn(&W::Snapshot) -> W::Interest,
+) -> W::Snapshot {
+    let signals = Signals::new(Metrics::default(), Arc::default());
+    let mut watches = W::new(client, &signals);
+    loop {
+        if let Some(snapshot) = settle(&mut watches, &signals, &interest_of) {
+            return snapshot;
+        }
+        signals.changed.notified().await;
+    }
+}
+
 /// Makes a concern's runtime watch sets from its list (the same list its pure `Interest` and snapshot come from):
 /// `watch_sets!(list, Watches, Interest, Snapshot)`.
 macro_rules! watch_sets {
-    ($list:ident, $watches:ident, $interest:ty, $snapshot:ident) => {
+    ($list:ident, $watches:ident, $interest:ty, $snapshot:path) => {
         $list!(watch_sets! { @make $watches, $interest, $snapshot, });
     };
-    (@make $watches:ident, $interest:ty, $snapshot:ident,
+    (@make $watches:ident, $interest:ty, $snapshot:path,
      $( $(#[$doc:meta])* $name:ident : $from:ty => $kept:ty $([$view:ident])? ),* $(,)?) => {
         pub struct $watches {
-            $( $name: $crate::controller::watch::WatchSet<$from, $kept>, )*
+            $( pub(crate) $name: $crate::watch::WatchSet<$from, $kept>, )*
         }
 
-        impl $watches {
-            pub fn new(client: &kube::Client, signals: &$crate::controller::watch::Signals) -> Self {
-                Self {
-                    $( $name: $crate::controller::watch::WatchSet::new(client.clone(), signals.clone())
-                        $(.$view())?, )*
-                }
-            }
-        }
-
-        impl $crate::controller::watch::WatchSets for $watches {
+        impl $crate::watch::WatchSets for $watches {
             type Interest = $interest;
             type Snapshot = $snapshot;
 
-            fn follow(&mut self, interest: &$interest) -> $crate::controller::watch::Followed {
-                let mut followed = $crate::controller::watch::Followed::default();
+            fn new(client: &kube::Client, signals: &$crate::watch::Signals) -> Self {
+                Self {
+                    $( $name: $crate::watch::WatchSet::new(client.clone(), signals.clone())
+                        $(.$view())?, )*
+                }
+            }
+
+            fn follow(&mut self, interest: &$interest) -> $crate::watch::Followed {
+                let mut followed = $crate::watch::Followed::default();
                 $( followed += self.$name.follow(&interest.$name); )*
                 followed
             }
 
             fn snapshot(&self) -> $snapshot {
-                $snapshot { $( $name: $crate::controller::watch::snapshot_of!(self.$name $(, $view)?), )* }
+                $snapshot { $( $name: $crate::watch::snapshot_of!(self.$name $(, $view)?), )* }
             }
 
-            fn states(&self) -> Vec<&dyn $crate::controller::watch::WatchState> {
+            fn states(&self) -> Vec<&dyn $crate::watch::WatchState> {
                 vec![ $( &self.$name, )* ]
             }
         }

@@ -13,7 +13,8 @@
 use std::io;
 use std::path::Path;
 
-use super::{HostEntry, NodePlan};
+use crate::agent::runtime::Report;
+use crate::node::{HostEntry, NodePlan};
 
 /// The first line of every `hosts.toml` the agent writes: how it knows its own (k3s deletes files with its own
 /// header at start, so ours differs).
@@ -50,17 +51,6 @@ impl Owner {
     }
 }
 
-/// What one pass over the hosts directory did, each list by address.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    pub written: Vec<String>,
-    pub removed: Vec<String>,
-    /// Planned addresses whose directory someone else wrote: left alone.
-    pub foreign: Vec<String>,
-    /// Addresses that could not be written or removed, with the reason.
-    pub failed: Vec<(String, String)>,
-}
-
 /// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
 /// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
 /// `ca.crt` beside it. A mirror's names its upstream as the `server`, which containerd tries when the mirror
@@ -73,7 +63,7 @@ pub fn hosts_toml(entry: &HostEntry, owner: &Owner) -> String {
             "# Images named {address} are pulled from the mirror {endpoint}, else from {server}.\n\
              server = \"{server}\"\n\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n\
              {ca}  dial_timeout = \"{}\"\n",
-            super::mirror::DIAL_TIMEOUT
+            crate::node::mirror::DIAL_TIMEOUT
         ),
         None => format!(
             "# Images named {address} are pulled from {endpoint}.\n[host.\"{endpoint}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{ca}"
@@ -87,8 +77,8 @@ pub fn hosts_toml(entry: &HostEntry, owner: &Owner) -> String {
 pub fn sync(dir: &Path, plan: &NodePlan, owner: &Owner) -> io::Result<Report> {
     let mut report = Report::default();
     for entry in &plan.hosts {
-        let server_safe = entry.server.as_deref().is_none_or(safe_endpoint);
-        if !safe_directory_name(&entry.address) || !safe_endpoint(&entry.endpoint) || !server_safe {
+        // An endpoint is safe by its type (`Endpoint`); the address names the directory.
+        if !safe_directory_name(&entry.address) {
             report.failed.push((entry.address.clone(), "not a host:port this agent writes".into()));
             continue;
         }
@@ -204,12 +194,6 @@ fn safe_directory_name(address: &str) -> bool {
     !address.is_empty()
         && !address.starts_with('.')
         && address.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
-}
-
-/// `http://` or `https://` and a host[:port], nothing that could end the TOML string.
-fn safe_endpoint(endpoint: &str) -> bool {
-    let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"));
-    rest.is_some_and(safe_directory_name)
 }
 
 #[cfg(test)]

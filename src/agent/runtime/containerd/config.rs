@@ -3,6 +3,10 @@
 //! nobody reads, and the node looks configured while every pull of a planned address fails. The agent reads the
 //! config file from the node (chart value `nodeAgent.containerdConfig`) and compares.
 
+use crate::agent::runtime::Reading;
+use crate::node::api::state::ConfigPathCheck;
+use crate::node::{Endpoint, NodePlan};
+
 /// The directory containerd 2.2 and later read when their config sets no `config_path` (with `/etc/docker/certs.d`).
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/containerd/certs.d";
 /// containerd 2.2 and later's `config_path` when the config sets none (and no legacy `mirrors`).
@@ -41,26 +45,22 @@ impl Release {
 /// The entries of `plan` that containerd `release` can read, and for each other its address and why not: before
 /// 2.0 a `[host]` (or `server`) URL holding an IPv6 literal fails to parse (containerd#10055) and the whole file is
 /// dropped, so such an entry is not written on those nodes but told. An unknown release gets every entry.
-pub fn readable(
-    plan: &crate::node::NodePlan,
-    release: Option<Release>,
-) -> (crate::node::NodePlan, Vec<(String, String)>) {
+pub fn readable(plan: &NodePlan, release: Option<Release>) -> (NodePlan, Vec<(String, String)>) {
     let Some(release) = release.filter(|r| !r.at_least(2, 0)) else {
         return (plan.clone(), Vec::new());
     };
-    let ipv6 = |url: &str| url.split_once("://").is_some_and(|(_, rest)| rest.starts_with('['));
     let (hosts, unreadable): (Vec<_>, Vec<_>) = plan
         .hosts
         .iter()
         .cloned()
-        .partition(|entry| !ipv6(&entry.endpoint) && !entry.server.as_deref().is_some_and(ipv6));
+        .partition(|entry| !entry.endpoint.is_ipv6() && !entry.server.as_ref().is_some_and(Endpoint::is_ipv6));
     let why = format!(
         "containerd {}.{} cannot read a hosts.toml whose host is an IPv6 address (2.0 and later can: \
          containerd#10055), so none is written",
         release.major, release.minor
     );
     let told = unreadable.into_iter().map(|entry| (entry.address, why.clone())).collect();
-    (crate::node::NodePlan { hosts, ..plan.clone() }, told)
+    (NodePlan { hosts, ..plan.clone() }, told)
 }
 
 /// The CRI image settings that make containerd 2.1 and later pull locally instead of through the transfer service
@@ -113,13 +113,27 @@ pub enum RuntimeCheck {
 }
 
 impl RuntimeCheck {
-    /// The bounded label of the agent's metric.
-    pub fn label(&self) -> &'static str {
+    /// What the node's state (and the agent's metric) says of it.
+    pub fn label(&self) -> ConfigPathCheck {
         match self {
-            RuntimeCheck::Unchecked => "unchecked",
-            RuntimeCheck::Reads { .. } => "reads",
-            RuntimeCheck::Elsewhere { .. } | RuntimeCheck::ListIgnored { .. } => "elsewhere",
-            RuntimeCheck::Unknown(_) => "unknown",
+            RuntimeCheck::Unchecked => ConfigPathCheck::Unchecked,
+            RuntimeCheck::Reads { .. } => ConfigPathCheck::Reads,
+            RuntimeCheck::Elsewhere { .. } | RuntimeCheck::ListIgnored { .. } => ConfigPathCheck::Elsewhere,
+            RuntimeCheck::Unknown(_) => ConfigPathCheck::Unknown,
+        }
+    }
+
+    /// The check as the runtime-neutral [`Reading`], with `said` (see [`describe`]).
+    pub fn reading(&self, said: Option<String>) -> Reading {
+        Reading { check: self.label(), config_file: None, config_path: self.config_path(), said }
+    }
+
+    /// The `config_path` the config names, when it names one.
+    pub fn config_path(&self) -> Option<String> {
+        match self {
+            RuntimeCheck::Reads { config_path } | RuntimeCheck::Elsewhere { config_path } => config_path.clone(),
+            RuntimeCheck::ListIgnored { config_path, .. } => Some(config_path.clone()),
+            RuntimeCheck::Unchecked | RuntimeCheck::Unknown(_) => None,
         }
     }
 
@@ -219,6 +233,23 @@ pub fn describe(check: &RuntimeCheck, config_file: &str, hosts_on_node: &str) ->
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_reading_carries_the_config_path_the_config_names_and_none_it_does_not() {
+        let named = |path: &str| Some(path.to_string());
+        let reads = RuntimeCheck::Reads { config_path: named("/etc/containerd/certs.d") };
+        assert_eq!(reads.reading(None).config_path, named("/etc/containerd/certs.d"));
+        let elsewhere = RuntimeCheck::Elsewhere { config_path: None };
+        assert_eq!(elsewhere.reading(None).config_path, None);
+        let list = RuntimeCheck::ListIgnored { config_path: "/a:/b".into(), release: Release { major: 2, minor: 3 } };
+        let reading = list.reading(Some("why".into()));
+        assert_eq!(
+            (reading.check, reading.config_path, reading.said),
+            (ConfigPathCheck::Elsewhere, named("/a:/b"), named("why"))
+        );
+        assert_eq!(RuntimeCheck::Unchecked.reading(None).config_path, None);
+        assert_eq!(RuntimeCheck::Unknown("unreadable".into()).reading(None).config_path, None);
+    }
+
     const OURS: &str = "/etc/containerd/certs.d";
 
     fn reads(path: &str) -> RuntimeCheck {
@@ -286,7 +317,7 @@ mod tests {
             ignored,
             RuntimeCheck::ListIgnored { config_path: list.into(), release: Release { major: 2, minor: 4 } }
         );
-        assert!(ignored.unread() && ignored.label() == "elsewhere");
+        assert!(ignored.unread() && ignored.label() == ConfigPathCheck::Elsewhere);
         let said = describe(&ignored, "/etc/containerd/config.toml", OURS).unwrap_or_default();
         assert!(said.contains("containerd 2.4 takes as one directory name") && said.contains("#12808"), "{said}");
         assert!(matches!(check(Ok(listed), OURS, r21), RuntimeCheck::ListIgnored { .. }));
@@ -328,7 +359,7 @@ mod tests {
             address: address.into(),
             endpoint: endpoint.into(),
             ca: None,
-            server: server.map(String::from),
+            server: server.map(Endpoint::from),
         };
         let plan = NodePlan::of(vec![
             entry("[fd00::12]:5000", "http://[fd00::12]:5000", None),

@@ -3,14 +3,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
 
-/// A fresh, empty hosts directory of this test's own.
-fn hosts_dir() -> PathBuf {
+/// A fresh, empty hosts directory of this test's own, removed when the test ends (a mutation run makes thousands).
+fn hosts_dir() -> Scratch {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir =
         std::env::temp_dir().join(format!("lrp-hosts-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temporary directory");
-    dir
+    Scratch(dir)
+}
+
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn entry(address: &str, endpoint: &str) -> HostEntry {
@@ -123,17 +138,21 @@ fn an_empty_directory_is_nobodys_and_is_written_into() {
 }
 
 #[test]
-fn an_address_or_endpoint_that_could_escape_the_directory_or_the_file_is_refused() {
+fn an_address_that_could_escape_the_directory_is_refused_and_an_endpoint_that_could_end_the_file_is_no_plan() {
     let dir = hosts_dir();
     let wanted = plan(&[
         entry("../etc:5000", "http://10.96.0.12:5000"),
         entry("a/b:5000", "http://10.96.0.12:5000"),
-        entry("ok:5000", "http://10.96.0.12:5000\"]\nserver = \"evil"),
-        entry("ok:5001", "ftp://10.96.0.12:5000"),
+        entry(".:5000", "http://10.96.0.12:5000"),
     ]);
     let report = sync(&dir, &wanted, &owner()).expect("synced");
-    assert_eq!(report.failed.len(), 4, "{report:?}");
+    assert_eq!(report.failed.len(), 3, "{report:?}");
     assert!(names(&dir).is_empty());
+    // An endpoint is typed: one that could end the TOML string, or speaks another scheme, makes no plan at all.
+    for forged in ["http://10.96.0.12:5000\"]\nserver = \"evil", "ftp://10.96.0.12:5000"] {
+        let text = serde_json::json!({"format": 1, "hosts": [{"address": "ok:5000", "endpoint": forged}]});
+        assert!(NodePlan::from_json(&text.to_string()).is_err(), "{forged:?} was planned");
+    }
 }
 
 const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
@@ -233,11 +252,11 @@ fn a_mirrors_file_tries_the_mirror_first_with_a_short_dial_timeout_then_falls_ba
     assert_eq!(parsed["host"]["http://10.96.0.50:5000"]["dial_timeout"].as_str(), Some("2s"));
     let dir = hosts_dir();
     assert_eq!(sync(&dir, &plan(std::slice::from_ref(&mirror)), &owner()).expect("synced").written, ["docker.io"]);
-    // A fallback that could end the TOML string is never written.
-    let forged = HostEntry { server: Some("https://x\"\n[host.\"http://evil".into()), ..mirror };
-    let report = sync(&dir, &plan(&[forged]), &owner()).expect("synced");
-    assert_eq!(report.failed.len(), 1, "{report:?}");
-    assert!(std::fs::read_to_string(dir.join("docker.io/hosts.toml")).expect("kept").contains("registry-1.docker.io"));
+    // A fallback that could end the TOML string makes no plan, so nothing is written for it.
+    let forged = "https://x\"\n[host.\"http://evil";
+    let text = serde_json::json!({"format": 2, "hosts": [
+        {"address": "docker.io", "endpoint": "http://10.96.0.50:5000", "server": forged}]});
+    assert!(NodePlan::from_json(&text.to_string()).is_err(), "{forged:?} was planned");
 }
 
 #[test]

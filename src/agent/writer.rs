@@ -1,0 +1,74 @@
+//! Keeps this node's `NodePullState` true to the state the agent derived ([`super::state`]): one server-side apply
+//! when something changed, none otherwise.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::jiff::{Timestamp, Unit};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde_json::json;
+
+use crate::keys::MANAGER;
+use crate::node::api::state::{Configured, NodePullState, NodeState};
+
+/// Keeps the object true to the node's state.
+pub struct StateWriter {
+    api: Api<NodePullState>,
+    daemonsets: Api<DaemonSet>,
+    name: String,
+    namespace: String,
+    /// The agents' DaemonSet, which owns the object so that it goes with the DaemonSet (uninstall, the agent turned
+    /// off); looked up once.
+    daemonset: Option<String>,
+    owner: Option<OwnerReference>,
+    /// What the object holds as far as this agent knows, without its times, and its condition as written.
+    written: Option<(NodeState, Configured)>,
+    condition: Option<Condition>,
+}
+
+impl StateWriter {
+    /// The state of node `name`, in the agents' namespace, owned by `daemonset` when given.
+    pub fn new(client: &Client, namespace: &str, name: &str, daemonset: Option<&str>) -> Self {
+        Self {
+            api: Api::namespaced(client.clone(), namespace),
+            daemonsets: Api::namespaced(client.clone(), namespace),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            daemonset: daemonset.map(str::to_string),
+            owner: None,
+            written: None,
+            condition: None,
+        }
+    }
+
+    /// Writes `found` (without its `changed` time and conditions) with `configured` unless that is what was
+    /// written last; `Ok(true)` when it wrote.
+    pub async fn keep(&mut self, found: NodeState, configured: &Configured) -> Result<bool, kube::Error> {
+        if self.written.as_ref().is_some_and(|(state, said)| *state == found && said == configured) {
+            return Ok(false);
+        }
+        if let (None, Some(name)) = (&self.owner, &self.daemonset) {
+            let daemonset = self.daemonsets.get(name).await?;
+            self.owner = daemonset.controller_owner_ref(&()).map(|owner| OwnerReference { controller: None, ..owner });
+        }
+        let now = Timestamp::now().round(Unit::Second).unwrap_or_else(|_| Timestamp::now());
+        let condition = configured.condition(self.condition.as_ref(), Time(now));
+        let mut status = found.clone();
+        status.changed = now.to_string();
+        status.conditions = vec![condition.clone()];
+        let mut metadata = json!({"name": self.name, "namespace": self.namespace});
+        if let Some(owner) = &self.owner {
+            metadata["ownerReferences"] = json!([owner]);
+        }
+        let object = json!({
+            "apiVersion": NodePullState::api_version(&()),
+            "kind": NodePullState::kind(&()),
+            "metadata": metadata,
+            "status": status,
+        });
+        self.api.patch(&self.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(object)).await?;
+        self.written = Some((found, configured.clone()));
+        self.condition = Some(condition);
+        Ok(true)
+    }
+}
