@@ -433,6 +433,46 @@ fn the_charts_kubernetes_floor_is_the_oldest_tested_minor() {
     assert_eq!(floor.trim_matches('"'), format!(">=1.{oldest}.0-0"), "the chart's floor is the oldest tested minor");
 }
 
+/// `make test` runs the node agent's real-node tests again on the containerd window's other end, choosing them by the
+/// filters in NODE_AGENT_TESTS. A filter matches by substring, so a renamed test would silently leave that run: each
+/// filter must name at least one test of the binaries it is given.
+#[test]
+fn each_test_the_containerd_rerun_names_exists() {
+    let makefile = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
+    let joined = makefile.replace("\\\n", " ");
+    let line = joined.lines().find_map(|l| l.strip_prefix("NODE_AGENT_TESTS := ")).expect("NODE_AGENT_TESTS");
+    let (cargo_args, test_args) = line.split_once(" -- ").expect("cargo's arguments, then the tests'");
+    let binaries: Vec<&str> = cargo_args.split_whitespace().filter(|a| *a != "--test").collect();
+    assert!(!binaries.is_empty() && cargo_args.matches("--test ").count() == binaries.len(), "{cargo_args}");
+    let tests: Vec<String> =
+        binaries.iter().flat_map(|binary| test_names(&root().join(format!("tests/{binary}.rs")))).collect();
+    let filters: Vec<&str> = test_args.split_whitespace().filter(|a| !a.starts_with("--")).collect();
+    assert!(filters.len() >= 5, "{test_args}");
+    for filter in filters {
+        assert!(
+            tests.iter().any(|test| test.contains(filter)),
+            "NODE_AGENT_TESTS names {filter}, which is no test of {binaries:?}: rename the filter with the test"
+        );
+    }
+}
+
+/// The test functions a test file declares (an attribute line `#[test]` or `#[tokio::test...]`, then its `fn`).
+fn test_names(file: &std::path::Path) -> Vec<String> {
+    let source = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut names = Vec::new();
+    let mut attribute = false;
+    for line in source.lines().map(str::trim_start) {
+        if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+            attribute = true;
+        } else if attribute && (line.starts_with("fn ") || line.starts_with("async fn ")) {
+            let name = line.trim_start_matches("async ").trim_start_matches("fn ");
+            names.push(name.split(['(', '<']).next().unwrap_or_default().to_string());
+            attribute = false;
+        }
+    }
+    names
+}
+
 #[tokio::test]
 async fn the_rendered_manifests_pass_a_server_side_dry_run() {
     let plane = ControlPlane::shared();

@@ -94,11 +94,17 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     // What is inside: the program's license and those of the C libraries the image holds.
     let licenses = "Apache-2.0 AND LGPL-2.1-or-later AND GPL-3.0-or-later WITH GCC-exception-3.1";
     assert_eq!(annotations["org.opencontainers.image.licenses"], licenses);
-    let head = Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root()).output().unwrap();
-    if head.status.success() {
-        let revision = String::from_utf8_lossy(&head.stdout).trim().to_string();
-        assert_eq!(annotations["org.opencontainers.image.revision"], revision.as_str(), "{annotations}");
-    }
+    // The revision is the checkout's; outside one there is nothing to compare it with, which must not pass unseen.
+    let head = Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root()).output().expect("run git");
+    assert!(
+        head.status.success(),
+        "the image's revision label cannot be checked: git rev-parse HEAD failed in {} (run the tests in a git \
+         checkout): {}",
+        root().display(),
+        String::from_utf8_lossy(&head.stderr)
+    );
+    let revision = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert_eq!(annotations["org.opencontainers.image.revision"], revision.as_str(), "{annotations}");
 
     // The chart, at the crate's version, defaulting to the local image when no repository is given.
     let chart = tar_files(&std::fs::read(out.join(&expected[4])).unwrap());
@@ -304,38 +310,62 @@ fn the_workflows_pin_every_action_by_commit_and_invent_no_owner() {
 }
 
 /// macOS's /bin/bash is 3.2, which the release's CLI legs run hack/dist.sh with: there an empty array expanded as
-/// "${a[@]}" under `set -u` is an unbound variable, and bash 4 constructs do not parse. None is used (bash 3.2
-/// itself is not packaged for this machine, so the constructs that differ are checked instead), and the script runs
-/// under `bash --posix`.
+/// "${a[@]}" or ${a[@]} under `set -u` is an unbound variable, and bash 4 constructs do not parse. None is used (bash
+/// 3.2 itself is not packaged for this machine, so the constructs that differ are checked instead), and the script
+/// runs under `bash --posix`.
 #[test]
 fn the_release_script_uses_no_construct_that_bash_3_2_reads_differently() {
     let script = std::fs::read_to_string(root().join("hack/dist.sh")).unwrap();
+    let problems = bash_3_2_problems(&script);
+    assert!(problems.is_empty(), "hack/dist.sh:\n{}", problems.join("\n"));
+    let notes = Command::new("bash").arg("--posix").arg(root().join("hack/dist.sh")).arg("notes").output().unwrap();
+    assert!(notes.status.success(), "{}", String::from_utf8_lossy(&notes.stderr));
+}
+
+/// Each line of `script` that bash 3.2 reads differently from bash 4 and later, with its number.
+fn bash_3_2_problems(script: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     for (number, line) in script.lines().enumerate() {
         let code = line.split(" #").next().unwrap_or_default();
         if code.trim_start().starts_with('#') {
             continue;
         }
-        let mut rest = code;
-        while let Some(at) = rest.find("\"${") {
-            let expansion = &rest[at..];
-            let end = expansion.find('}').map_or(expansion.len(), |e| e + 1);
-            let guarded = rest[..at].ends_with("[@]+");
-            assert!(
-                !expansion[..end].contains("[@]") || guarded,
-                "hack/dist.sh:{}: {} is unbound on bash 3.2 when the array is empty; write ${{a[@]+\"${{a[@]}}\"}}",
-                number + 1,
-                &expansion[..end]
-            );
-            rest = &expansion[end..];
+        // Every ${...}, quoted or not: a whole array (name[@] closed at once) is unbound when empty, unless it is
+        // the alternative of its own guard, ${a[@]+"${a[@]}"}. A count (${#a[@]}) is fine.
+        for (at, _) in code.match_indices("${") {
+            let inner = &code[at + 2..];
+            let name_end = inner.find(|c: char| "}+-:=?%/".contains(c)).unwrap_or(inner.len());
+            let whole_array = inner[..name_end].ends_with("[@]") && inner[name_end..].starts_with('}');
+            let guarded = code[..at].trim_end_matches('"').ends_with("[@]+");
+            if whole_array && !inner.starts_with('#') && !guarded {
+                problems.push(format!(
+                    "{}: ${{{}}} is unbound on bash 3.2 when the array is empty; write ${{a[@]+\"${{a[@]}}\"}}",
+                    number + 1,
+                    &inner[..name_end]
+                ));
+            }
         }
         for bash4 in
             ["declare -A", "local -A", "mapfile", "readarray", "local -n", "declare -n", ",,}", "^^}", "&>>", "|&"]
         {
-            assert!(!code.contains(bash4), "hack/dist.sh:{}: {bash4} is not bash 3.2: {line}", number + 1);
+            if code.contains(bash4) {
+                problems.push(format!("{}: {bash4} is not bash 3.2: {line}", number + 1));
+            }
         }
     }
-    let notes = Command::new("bash").arg("--posix").arg(root().join("hack/dist.sh")).arg("notes").output().unwrap();
-    assert!(notes.status.success(), "{}", String::from_utf8_lossy(&notes.stderr));
+    problems
+}
+
+#[test]
+fn the_bash_3_2_check_finds_whole_arrays_quoted_or_not_and_lets_guarded_ones_and_counts_pass() {
+    let found = |script: &str| bash_3_2_problems(script).len();
+    assert_eq!(found(r#"tar "${same[@]}" -C x"#), 1);
+    assert_eq!(found("for f in ${files[@]}; do :; done"), 1);
+    assert_eq!(found(r#"echo "first ${a[@]} then ${b[@]}""#), 2);
+    assert_eq!(found(r#"tar ${same[@]+"${same[@]}"} -C x"#), 0);
+    assert_eq!(found(r#"n=${#same[@]}; v=${same[0]}; echo "$v" "${v:-x}""#), 0);
+    assert_eq!(found("# a comment: \"${a[@]}\""), 0);
+    assert_eq!(found("mapfile -t lines < f"), 1);
 }
 
 /// A copy of what hack/dist.sh reads, in a scratch tree: the script, Cargo.toml (with CRLF line ends when `crlf`,
