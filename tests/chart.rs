@@ -482,7 +482,13 @@ async fn the_rendered_manifests_pass_a_server_side_dry_run() {
     let ns = namespace.lines().find_map(|l| l.strip_prefix("namespace/").filter(|n| n.starts_with("dryrun-"))).unwrap();
     // Rendered for the version the cluster runs, as `helm install` renders: fields the chart gates on the version
     // (the PodDisruptionBudget's unhealthyPodEvictionPolicy) must be accepted, or left out, on every tested minor.
+    // Every optional part on, the CRD included (generated from the Rust type, so a schema feature an old API server
+    // lacks would show here): the node agent's DaemonSet and RBAC, CA bundles, a mirror and pull Secrets.
     let minor = testbed::KubeVersion::from_env().unwrap().minor;
+    let optional = "leaderElection.enabled=true,replicaCount=2,podDisruptionBudget.enabled=true,\
+                    nodeAgent.enabled=true,nodeAgent.caBundles={registry-ca},\
+                    nodeAgent.mirrors[0].upstream=docker.io,nodeAgent.mirrors[0].endpoint=http://cache.example:5000,\
+                    pullSecrets.enabled=true";
     let rendered = ok(tool(
         "helm",
         &[
@@ -493,10 +499,14 @@ async fn the_rendered_manifests_pass_a_server_side_dry_run() {
             ns,
             "--kube-version",
             &format!("{minor}.0"),
+            "--include-crds",
             "--set",
-            "leaderElection.enabled=true,replicaCount=2,podDisruptionBudget.enabled=true",
+            optional,
         ],
     ));
+    for kind in ["CustomResourceDefinition", "DaemonSet", "ClusterRole", "Deployment"] {
+        assert!(rendered.contains(&format!("\nkind: {kind}\n")), "no {kind} rendered:\n{rendered}");
+    }
     ok(stdin_tool("kubectl", &["apply", "--server-side", "--dry-run=server", "-f", "-"], &rendered));
     // A namespace created in a dry run does not exist for the dry run of what goes into it.
     ok(tool("kubectl", &["apply", "--server-side", "-f", &root().join("deploy/namespace.yaml").display().to_string()]));

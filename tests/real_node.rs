@@ -1565,6 +1565,13 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
         .await;
     assert!(report.contains("the mirror of ghcr.io"), "{report}");
     assert!(!node().hosts_dir().join("ghcr.io").exists(), "no file for a mirror that cannot be used");
+    // doctor names the namespaces whose writers decide every node's pulls: here one, the release's and the caches'.
+    let deciding = format!(
+        "only cluster admins should write there (docs/node-pulls.md#security): {ns} (the node plan {plan}, the node \
+         agents' DaemonSet and ServiceAccount; the Service cache, the mirror of docker.io; the Service absent, the \
+         mirror of ghcr.io)\n"
+    );
+    assert!(report.contains(&deciding), "{report}");
 
     // Once it is gone, the agent writes the mirror's file: the cache first, Docker Hub as the fallback.
     std::fs::remove_file(docker_dir.join("hosts.toml")).unwrap();

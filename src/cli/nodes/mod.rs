@@ -124,6 +124,11 @@ async fn section(
         );
         return true;
     };
+    say!(
+        "  what every node pulls is decided in these namespaces, so only cluster admins should write there \
+         (docs/node-pulls.md#security): {}",
+        verdict::deciding_namespaces(agents).join(", ")
+    );
     let nodes = match Api::<Node>::all(client.clone()).list(&ListParams::default()).await {
         Ok(list) => list.items,
         Err(error) => {

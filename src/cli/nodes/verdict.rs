@@ -8,7 +8,9 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 
 use crate::node::NodePlan;
+use crate::node::NodePlanTarget;
 use crate::node::api::state::{Address, ConfigPathCheck, NodeState, STALE_AFTER_RESYNCS, Verdict};
+use crate::node::mirror::Via;
 
 /// What is known of one node.
 pub struct Found<'a> {
@@ -194,6 +196,26 @@ fn trouble(pod: &Pod, events: &[Event]) -> Option<String> {
         ));
     }
     (!said.is_empty()).then(|| said.join("; "))
+}
+
+/// The namespaces whose objects decide what every node pulls, release first, each with what in it does: the
+/// release's (the node plan, the agents' DaemonSet and ServiceAccount) and each mirror Service's (whoever changes
+/// its selector serves every node's pulls of the upstream). Only cluster admins should write in any of them.
+pub fn deciding_namespaces(agents: &NodePlanTarget) -> Vec<String> {
+    let mut namespaces: Vec<(&str, Vec<String>)> = vec![(
+        &agents.namespace,
+        vec![format!("the node plan {}, the node agents' DaemonSet and ServiceAccount", agents.name)],
+    )];
+    for mirror in &agents.rules.mirrors {
+        if let Via::Service { namespace, name, .. } = &mirror.via {
+            let what = format!("the Service {name}, the mirror of {}", mirror.upstream);
+            match namespaces.iter_mut().find(|(known, _)| known == namespace) {
+                Some((_, said)) => said.push(what),
+                None => namespaces.push((namespace, vec![what])),
+            }
+        }
+    }
+    namespaces.into_iter().map(|(namespace, said)| format!("{namespace} ({})", said.join("; "))).collect()
 }
 
 #[cfg(test)]
@@ -532,5 +554,31 @@ mod tests {
         let names: Vec<String> = agents(&pods, &daemonset).iter().map(|p| p.name_any()).collect();
         assert_eq!(names, ["agent"]);
         assert!(agents(&pods, &DaemonSet::default()).is_empty(), "a DaemonSet with no UID owns nothing");
+    }
+
+    #[test]
+    fn the_namespaces_deciding_every_nodes_pulls_are_the_releases_and_each_mirror_services_once_each() {
+        let mirror = |text: &str| text.parse::<crate::node::mirror::Mirror>().expect("a mirror");
+        let mut agents = NodePlanTarget {
+            namespace: "lrp".into(),
+            name: "lrp-node-plan".into(),
+            rules: crate::node::Rules::default(),
+        };
+        let release = "lrp (the node plan lrp-node-plan, the node agents' DaemonSet and ServiceAccount)";
+        assert_eq!(deciding_namespaces(&agents), [release]);
+        agents.rules.mirrors = vec![
+            mirror("docker.io=service:cache/docker-hub:5000"),
+            mirror("quay.io=http://quay-cache.example:5000"),
+            mirror("ghcr.io=service:cache/ghcr:5000"),
+            mirror("gcr.io=service:lrp/gcr:5000"),
+        ];
+        assert_eq!(
+            deciding_namespaces(&agents),
+            [
+                "lrp (the node plan lrp-node-plan, the node agents' DaemonSet and ServiceAccount; the Service gcr, \
+                 the mirror of gcr.io)",
+                "cache (the Service docker-hub, the mirror of docker.io; the Service ghcr, the mirror of ghcr.io)",
+            ]
+        );
     }
 }
