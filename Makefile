@@ -22,7 +22,7 @@ KUBE_WINDOW := 1.25 1.37
 # The node agent's real-node tests (name filters over real_node and containerd_config), run again on other containerd
 # releases than the main pin (2.4): `make test` on the window's oldest end, `make test-containerd-window` on each.
 NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
-	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry
+	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry runtime_conformance
 CONTAINERD_ENDS := 1.7
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: tools image

@@ -12,16 +12,20 @@
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
+use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
 use kube::Client;
 use kube::api::Api;
+use local_registry_publisher::agent::runtime::NodeRuntime;
+use local_registry_publisher::agent::runtime::conformance::{self, ContainerdFiles, Fixture, Read};
 use local_registry_publisher::node::api::state::{NodePullState, Verdict};
 use serde_json::json;
 use testbed::ControlPlane;
 
 use support::agent::{SOON, own_image, push, values, wait_doctor, wait_file};
-use support::{apply_in, cluster_ip, wait_until};
+use support::{apply_in, cluster_ip, ok, wait_until};
 
 fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_real_node()
@@ -229,4 +233,93 @@ async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_rea
     std::fs::remove_dir_all(&by_hand).expect("remove the hand-written directory");
     support::agent::helm_uninstall(plane, "cfgipv6", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// The runtime conformance suite (src/agent/runtime/conformance.rs), judged by the node's own containerd instead of
+/// by reading the files back: for each address, the hosts its resolver tries, in order, when pulling from it, and
+/// the CA file it loads. `ctr images pull --local --hosts-dir <the case's directory>` resolves in ctr's process
+/// with the release's own hosts-directory code (the same the CRI plugin reads `config_path` with), in a network
+/// namespace of its own, where every dial fails at once and its debug log names each URL tried.
+#[tokio::test]
+async fn the_runtime_conformance_suite_holds_as_the_nodes_containerd_reads_the_files() {
+    let _config = NODE_CONFIG.lock().await;
+    let node = plane().real_node().expect("the real node");
+    let loadable_ca = testbed::private_tls(&["conformance.example"]).expect("a CA").ca;
+    conformance::run(&NodeContainerd { node, loadable_ca });
+}
+
+struct NodeContainerd {
+    node: &'static testbed::RealNode,
+    /// A certificate containerd can load, put where a case's CA (not a real certificate) was, once it is read.
+    loadable_ca: String,
+}
+
+impl NodeContainerd {
+    /// ctr's debug log of pulling `<address>/conformance/probe:1` with `hosts_dir`.
+    fn pull_log(&self, hosts_dir: &Path, address: &str) -> String {
+        let output = Command::new("unshare")
+            .args(["--net", "--", "timeout", "60"])
+            .arg(self.node.ctr_binary())
+            .arg("--address")
+            .arg(self.node.containerd_socket())
+            .args(["--debug", "images", "pull", "--local", "--hosts-dir"])
+            .arg(hosts_dir)
+            .arg(format!("{address}/conformance/probe:1"))
+            .output()
+            .expect("run ctr in a network namespace of its own (unshare)");
+        assert!(!output.status.success(), "nothing can be pulled without a network: {output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+impl Fixture for NodeContainerd {
+    fn runtime(&self, dir: &Path, plan: &str) -> Box<dyn NodeRuntime> {
+        ContainerdFiles.runtime(dir, plan)
+    }
+
+    fn plant_foreign(&self, dir: &Path, address: &str) {
+        ContainerdFiles.plant_foreign(dir, address);
+    }
+
+    fn reads(&self, dir: &Path, address: &str) -> Option<Read> {
+        // A copy, so a CA containerd refuses can be swapped for one it loads without touching the case's files.
+        let copy = dir.with_extension("read");
+        let _ = std::fs::remove_dir_all(&copy);
+        ok(Command::new("cp").arg("-a").arg(dir).arg(&copy).output().expect("cp"));
+        let mut ca = None;
+        let log = loop {
+            let log = self.pull_log(&copy, address);
+            // ctr's own error line quotes the path; its debug log escapes those quotes.
+            let named = log.split("unable to load CA cert ").nth(1).map(|rest| {
+                let path = rest.trim_start_matches(['\\', '"']);
+                path.split(['"', '\\']).next().unwrap_or_default().to_string()
+            });
+            let Some(path) = named else { break log };
+            assert!(ca.is_none(), "a second CA for {address}: {path}\n{log}");
+            let relative = Path::new(&path).strip_prefix(&copy).expect("a CA in the hosts directory");
+            let pem = std::fs::read_to_string(dir.join(relative)).expect("the CA containerd named");
+            ca = Some(pem.find("-----BEGIN").map_or(pem.clone(), |at| pem[at..].to_string()));
+            std::fs::write(&path, &self.loadable_ca).expect("a loadable CA in the copy");
+        };
+        let _ = std::fs::remove_dir_all(&copy);
+        // Each request's URL, its scheme and host kept, in the order tried (the last host is tried again on a
+        // transient error).
+        let mut tried: Vec<String> = Vec::new();
+        for line in log.lines().filter(|l| l.contains("msg=\"do request\"")) {
+            let url = line.split(" url=").nth(1).expect("the URL of a request").trim_start_matches('"');
+            let (scheme, rest) = url.split_once("://").expect("an absolute URL");
+            let host = format!("{scheme}://{}", rest.split('/').next().unwrap_or_default());
+            if tried.last() != Some(&host) {
+                tried.push(host);
+            }
+        }
+        assert!(!tried.is_empty(), "containerd tried no host for {address}:\n{log}");
+        let itself = format!("https://{address}");
+        let default = if address == "docker.io" { "https://registry-1.docker.io".to_string() } else { itself.clone() };
+        if tried == [default] && ca.is_none() {
+            return None;
+        }
+        let server = tried.last().filter(|last| tried.len() > 1 && **last != itself).cloned();
+        Some(Read { endpoint: tried[0].clone(), ca, server })
+    }
 }

@@ -1,20 +1,24 @@
 //! What every [`NodeRuntime`] must do, whatever it writes: the cases every implementation runs against a scratch
-//! directory of its own (`containerd_conforms` below; a second runtime adds its own [`Fixture`] and one test).
-//! An implementation is judged through the trait and through [`Fixture::reads`], what the runtime itself would read
-//! for an address, never through its file format.
+//! directory of its own, twice for containerd: here, judged by reading its files back ([`ContainerdFiles`]), and in
+//! tests/real_node.rs, judged by the node's own containerd (what its resolver tries for each address). A second
+//! runtime adds its own [`Fixture`] and those two tests. An implementation is judged through the trait and through
+//! [`Fixture::reads`], what the runtime itself would read for an address, never through its file format.
+//!
+//! Test support, public so the real-node test can run it: it asserts, and panics on what it cannot set up.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{NodeRuntime, Report};
-use crate::node::{HostEntry, NodePlan};
+use crate::node::{Endpoint, HostEntry, NodePlan};
 
 /// How the suite makes and inspects one implementation.
 pub trait Fixture {
     /// The runtime writing into `dir`, for the agents following the plan named `plan`.
     fn runtime(&self, dir: &Path, plan: &str) -> Box<dyn NodeRuntime>;
-    /// What the runtime would read for `address` in `dir`: the endpoint it dials, the CA it trusts there, and the
-    /// upstream it falls back to; `None` when it holds nothing for it.
+    /// What the runtime would read for `address` in `dir`: the endpoint it dials first, the CA it trusts there, and
+    /// the upstream it falls back to when that is not `address` itself; `None` when it holds nothing for it (it
+    /// would pull `address` as it is).
     fn reads(&self, dir: &Path, address: &str) -> Option<Read>;
     /// Someone else's configuration for `address` (a person, kind's script, another tool).
     fn plant_foreign(&self, dir: &Path, address: &str);
@@ -50,7 +54,11 @@ impl Drop for Scratch {
 }
 
 fn entry(address: &str, endpoint: &str) -> HostEntry {
-    HostEntry { address: address.into(), endpoint: endpoint.into(), ca: None, server: None }
+    HostEntry { address: address.into(), endpoint: url(endpoint), ca: None, server: None }
+}
+
+fn url(text: &str) -> Endpoint {
+    text.parse().expect("an endpoint")
 }
 
 fn read(endpoint: &str) -> Option<Read> {
@@ -134,10 +142,8 @@ fn trusts_a_ca_only_where_planned_and_removes_it_with_its_address(fixture: &dyn 
 fn falls_back_to_a_mirrors_upstream(fixture: &dyn Fixture) {
     let dir = Scratch::new();
     let runtime = fixture.runtime(&dir.0, PLAN);
-    let mirror = HostEntry {
-        server: Some("https://registry-1.docker.io".into()),
-        ..entry("docker.io", "http://10.96.0.50:5000")
-    };
+    let mirror =
+        HostEntry { server: Some(url("https://registry-1.docker.io")), ..entry("docker.io", "http://10.96.0.50:5000") };
     runtime.apply(&NodePlan::of(vec![mirror])).expect("applied");
     let found = fixture.reads(&dir.0, "docker.io").expect("configured");
     assert_eq!(found.server.as_deref(), Some("https://registry-1.docker.io"));
@@ -145,9 +151,9 @@ fn falls_back_to_a_mirrors_upstream(fixture: &dyn Fixture) {
 
 /// containerd: `hosts.toml` files, read back as containerd reads them (the first `[host]` table, its `ca`, the
 /// `server` key).
-struct Containerd;
+pub struct ContainerdFiles;
 
-impl Fixture for Containerd {
+impl Fixture for ContainerdFiles {
     fn runtime(&self, dir: &Path, plan: &str) -> Box<dyn NodeRuntime> {
         let (namespace, configmap) = plan.split_once('/').expect("namespace/name");
         let owner = super::containerd::hosts::Owner::new(namespace, configmap);
@@ -172,12 +178,14 @@ impl Fixture for Containerd {
 
     fn plant_foreign(&self, dir: &Path, address: &str) {
         std::fs::create_dir_all(dir.join(address)).expect("a directory");
-        let text = "[host.\"https://mirror.example\"]\n  capabilities = [\"pull\"]\n";
+        // A host it resolves through too, so what the runtime reads for the address shows it.
+        let text = "[host.\"https://mirror.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n";
         std::fs::write(dir.join(address).join("hosts.toml"), text).expect("someone else's hosts.toml");
     }
 }
 
+#[cfg(test)]
 #[test]
 fn containerd_conforms() {
-    run(&Containerd);
+    run(&ContainerdFiles);
 }

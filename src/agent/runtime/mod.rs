@@ -4,8 +4,8 @@
 //! [`containerd::Containerd`] (its `hosts.toml` files and its config's `config_path`); another runtime is one more
 //! module here, one more `--runtime` value ([`crate::config::RuntimeKind`]) and its run of the [`conformance`] suite (docs/architecture.md).
 
-#[cfg(test)]
-mod conformance;
+#[doc(hidden)]
+pub mod conformance;
 pub mod containerd;
 
 use std::io;

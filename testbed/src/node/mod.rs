@@ -167,6 +167,16 @@ impl RealNode {
         checked(&format!("importing {}", image.name), output).map(drop)
     }
 
+    /// `ctr` of the node's containerd release.
+    pub fn ctr_binary(&self) -> PathBuf {
+        self.containerd_bin.join("ctr")
+    }
+
+    /// The socket the node's containerd serves its API on (`ctr --address`).
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
     /// Fails unless the running containerd reports a version of the release asked for.
     fn check_release(&self) -> Result<(), Error> {
         let output = Command::new(self.containerd_bin.join("ctr"))
