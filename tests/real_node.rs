@@ -903,6 +903,22 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     assert!(report.contains(&needs), "{report}");
     let simulated = "its runtime is \"kwok-";
     assert!(report.contains(simulated) && report.contains("does not read containerd's hosts.toml"), "{report}");
+
+    // A look-alike: labelled as doctor finds the agents (their component), running on the node, but no pod of the
+    // agents' DaemonSet (whose full selector would adopt it and delete it as one pod too many on the node). doctor
+    // goes on judging the node by the DaemonSet's pod and its state, and never names the look-alike.
+    let (before, _) = doctor_status(&pull.ns);
+    let mut spec = registry_pod_spec(5000, None);
+    spec["nodeName"] = json!(node().name());
+    let labels = json!({"app.kubernetes.io/component": "node-agent", "app.kubernetes.io/instance": "nodepull"});
+    let lookalike = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lookalike", "labels": labels},
+        "spec": spec});
+    apply_in(&pull.client, &pull.ns, lookalike).await;
+    wait_phase(&pull.client, &pull.ns, "lookalike", &["Running"]).await;
+    let (code, report) = doctor_status(&pull.ns);
+    assert_eq!(code, before, "{report}");
+    let after = report.lines().find(|l| l.contains(&format!("node {}: ", node().name()))).unwrap_or_default();
+    assert!(after.contains(&real) && !report.contains("lookalike"), "{report}");
     pull.end().await;
 }
 
