@@ -298,7 +298,7 @@ impl Fixture for NodeContainerd {
             assert!(ca.is_none(), "a second CA for {address}: {path}\n{log}");
             let relative = Path::new(&path).strip_prefix(&copy).expect("a CA in the hosts directory");
             let pem = std::fs::read_to_string(dir.join(relative)).expect("the CA containerd named");
-            ca = Some(pem.find("-----BEGIN").map_or(pem.clone(), |at| pem[at..].to_string()));
+            ca = Some(conformance::certificates(&pem));
             std::fs::write(&path, &self.loadable_ca).expect("a loadable CA in the copy");
         };
         let _ = std::fs::remove_dir_all(&copy);

@@ -149,6 +149,11 @@ fn falls_back_to_a_mirrors_upstream(fixture: &dyn Fixture) {
     assert_eq!(found.server.as_deref(), Some("https://registry-1.docker.io"));
 }
 
+/// A CA file's certificates, as a PEM reader takes them: text before the first one (a writer's mark) is skipped.
+pub fn certificates(pem: &str) -> String {
+    pem.find("-----BEGIN").map_or(pem, |at| &pem[at..]).to_string()
+}
+
 /// containerd: `hosts.toml` files, read back as containerd reads them (the first `[host]` table, its `ca`, the
 /// `server` key).
 pub struct ContainerdFiles;
@@ -167,10 +172,10 @@ impl Fixture for ContainerdFiles {
         let table: toml::Table = text.parse().expect("containerd parses it");
         let hosts = table.get("host").and_then(toml::Value::as_table)?;
         let (endpoint, host) = hosts.iter().next()?;
-        // The certificates, as a PEM reader takes them: text before the first one is skipped.
         let ca = host.get("ca").and_then(toml::Value::as_str).map(|path| {
-            let pem = std::fs::read_to_string(host_dir.join(path)).expect("the CA file a hosts.toml names is there");
-            pem.find("-----BEGIN").map_or(pem.clone(), |at| pem[at..].to_string())
+            certificates(
+                &std::fs::read_to_string(host_dir.join(path)).expect("the CA file a hosts.toml names is there"),
+            )
         });
         let server = table.get("server").and_then(toml::Value::as_str).map(str::to_string);
         Some(Read { endpoint: endpoint.clone(), ca, server })
