@@ -308,7 +308,8 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let host = format!("127.0.0.1:{}", registry.port);
     s.apply(registry_at(&host)).await;
     // No controller runs yet: the registry is what one would publish, not what is published.
-    let (_, text) = doctor(&s);
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(3), "nothing is published until a controller runs: {text}");
     let unkept = format!("): would be published (no running controller pod found for {}/", s.ns);
     assert!(text.contains(&unkept) && !text.contains("): published"), "{text}");
     let run = s.start_in_pod().await;
@@ -556,7 +557,8 @@ async fn doctor_names_a_namespace_label_under_the_projects_prefix_that_nothing_r
         "kubectl",
         &["label", "namespace", &renamed, "local-registry-publisher.io/pull-secret=wanted"],
     ));
-    let (_, text) = doctor(&s);
+    let (code, text) = doctor(&s);
+    assert_eq!(code, Some(3), "a label nothing reads is not a fault: {text}");
     let said = format!(
         "namespace {renamed}: label local-registry-publisher.io/pull-secret=\"wanted\" means nothing to \
          local-registry-publisher"

@@ -24,7 +24,7 @@ use local_registry_publisher::node::api::state::{NodePullState, Verdict};
 use serde_json::json;
 use testbed::ControlPlane;
 
-use support::agent::{SOON, own_image, push, values, wait_doctor, wait_file};
+use support::agent::{ALL_WELL, SOMETHING_WRONG, SOON, own_image, push, values, wait_doctor, wait_file};
 use support::{apply_in, cluster_ip, ok, wait_until};
 
 fn plane() -> &'static ControlPlane {
@@ -94,11 +94,12 @@ async fn a_config_path_list_naming_the_agents_directory_is_read_by_1_7_and_taken
     let pulled = pull(&client, &ns, &address).await;
     if release.starts_with("1.") {
         assert_eq!(pulled, Ok(()), "containerd {release} splits the list and pulls through the agent's file");
-        let report = wait_doctor(plane, &ns, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
+        let report =
+            wait_doctor(plane, &ns, ALL_WELL, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
         assert!(!report.contains("one directory name"), "{report}");
     } else {
         assert!(pulled.is_err(), "containerd {release} takes the list as one name and reads nothing");
-        let report = wait_doctor(plane, &ns, |r| r.contains("ConfigPathMismatch: ")).await;
+        let report = wait_doctor(plane, &ns, SOMETHING_WRONG, |r| r.contains("ConfigPathMismatch: ")).await;
         let told = format!("a list that containerd {release} takes as one directory name");
         assert!(report.contains(&told) && report.contains("containerd#12808"), "{report}");
     }
@@ -139,11 +140,12 @@ async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_an
     let pulled = pull(&client, &ns, &address).await;
     if release.minor.starts_with("1.") {
         assert!(pulled.is_err(), "containerd {} reads no hosts directory when none is set", release.minor);
-        let report = wait_doctor(plane, &ns, |r| r.contains("ConfigPathMismatch: ")).await;
+        let report = wait_doctor(plane, &ns, SOMETHING_WRONG, |r| r.contains("ConfigPathMismatch: ")).await;
         assert!(report.contains("sets no registry config_path, so it never reads /etc/containerd/certs.d"), "{report}");
     } else {
         assert_eq!(pulled, Ok(()), "containerd {} reads its default directory", release.minor);
-        let report = wait_doctor(plane, &ns, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
+        let report =
+            wait_doctor(plane, &ns, ALL_WELL, |r| r.contains(&format!("node {}: configured by", node.name()))).await;
         assert!(!report.contains("ConfigPathMismatch"), "{report}");
     }
     support::agent::helm_uninstall(plane, "cfgunset", &ns);

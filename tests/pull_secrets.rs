@@ -92,8 +92,8 @@ async fn wait_account(client: &Client, ns: &str, account: &str, ours: &str, want
     assert!(found.is_some(), "{ns}/{account} lists {:?}, not {wanted:?}", listed().await);
 }
 
-/// `doctor`'s report for the scenario's settings with --pull-secrets.
-fn doctor(scenario: &Scenario, name: &str, accounts: &str) -> String {
+/// `doctor` with the scenario's settings and --pull-secrets: its exit status and its report.
+fn doctor(scenario: &Scenario, name: &str, accounts: &str) -> (Option<i32>, String) {
     let output = support::doctor(
         ControlPlane::shared(),
         &[
@@ -105,7 +105,7 @@ fn doctor(scenario: &Scenario, name: &str, accounts: &str) -> String {
             &format!("--pull-secret-service-accounts={accounts}"),
         ],
     );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// A scenario whose publisher distributes a Secret named after the test, so tests running side by side (each
@@ -191,7 +191,8 @@ async fn pull_credentials_reach_exactly_the_labelled_namespaces_and_doctor_says_
     assert_eq!(docker_config(&d.client, &d.scenario.ns, &d.name).await, None, "nor does the registry's own");
     let untouched = pull_secret_names(&d.client, &unwanted, "default").await;
     assert!(untouched.is_empty(), "{untouched:?}");
-    let report = doctor(&d.scenario, &d.name, "default,builder");
+    let (code, report) = doctor(&d.scenario, &d.name, "default,builder");
+    assert_eq!(code, Some(0), "{report}");
     assert!(report.contains(&format!("names the credentials Secret {}/creds", d.scenario.ns)), "{report}");
     let holding = report.lines().find(|l| l.contains("holding the controller's Secret")).unwrap_or_default();
     assert!(holding.contains(&d.wanted) && !holding.contains(&unwanted), "{report}");
@@ -304,7 +305,8 @@ async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_pub
 
     let note = scenario.wait_event("registry", "PullSecretNameTaken").await;
     assert!(note.contains(&taken), "{note}");
-    let report = doctor(&scenario, &name, "default");
+    let (code, report) = doctor(&scenario, &name, "default");
+    assert_eq!(code, Some(4), "a refused pull Secret is what is wrong: {report}");
     assert!(report.contains("PROBLEM (PullSecretNameTaken)") && report.contains(&taken), "{report}");
 
     // kube-public, readable by everyone, gets no credentials even when labelled.

@@ -24,7 +24,7 @@ use kube::runtime::watcher;
 use local_registry_publisher::agent::runtime::containerd::hosts::{CA_FILE, HEADER};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
-use support::agent::registry_service;
+use support::agent::{ALL_WELL, SOMETHING_WRONG, registry_service};
 use support::binary::status_field;
 use support::{apply_in, cluster_host, cluster_ip, ok, wait_until};
 use testbed::image::Image;
@@ -288,7 +288,8 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
         .output()
         .expect("run doctor");
     let report = String::from_utf8_lossy(&doctor.stdout);
-    // (It exits 4 all the same: this machine is not the node, so localhost:<nodePort> does not answer here.)
+    // It exits 4 all the same: this machine is not the node, so localhost:<nodePort> does not answer here.
+    assert_eq!(doctor.status.code(), Some(SOMETHING_WRONG), "{report}");
     let source = format!("settings: those of controller pod {ns}/nodeport-local-registry-publisher-");
     assert!(report.contains(&source), "{report}");
     assert!(report.contains("the ConfigMap is current"), "{report}");
@@ -310,7 +311,7 @@ async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed
         .output()
         .expect("run doctor");
     let report = String::from_utf8_lossy(&missing.stdout);
-    assert_eq!(missing.status.code(), Some(4), "{report}");
+    assert_eq!(missing.status.code(), Some(SOMETHING_WRONG), "{report}");
     assert!(
         report.contains("the probe pod could not run: ErrImagePull: ")
             || report.contains("the probe pod could not run: ImagePullBackOff: "),
@@ -750,21 +751,14 @@ async fn wait_hosts_toml(
     }
 }
 
-/// `doctor`'s report on the release in `ns` (its own ConfigMap).
-fn doctor_report(ns: &str) -> String {
-    doctor_status(ns).1
-}
-
 /// `doctor` on the release in `ns`: its exit status and its report.
 fn doctor_status(ns: &str) -> (Option<i32>, String) {
-    let output = support::doctor(plane(), &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
-    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
+    support::agent::doctor(plane(), ns)
 }
 
-/// `doctor` on the release in `ns`, run until its report satisfies `check`.
-async fn wait_doctor(ns: &str, check: impl Fn(&str) -> bool) -> String {
-    let found = wait_until(SOON, || async { Some(doctor_report(ns)).filter(|report| check(report)) }).await;
-    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", doctor_report(ns)))
+/// `doctor` on the release in `ns`, run until it exits with `status` and its report satisfies `check`.
+async fn wait_doctor(ns: &str, status: i32, check: impl Fn(&str) -> bool) -> String {
+    support::agent::wait_doctor(plane(), ns, status, check).await
 }
 
 /// The /metrics of the release's pod of `component` on the real node in `ns`, fetched on the node (where pod IPs
@@ -894,7 +888,7 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     assert!(metrics.contains(reads), "containerd's config names the agent's directory: {metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
-    let report = wait_doctor(&pull.ns, |report| report.contains(&real)).await;
+    let report = wait_doctor(&pull.ns, ALL_WELL, |report| report.contains(&real)).await;
     // The node's line names where the agent found the hosts directory: the config file and its config_path.
     let line = report.lines().find(|line| line.contains(&real)).unwrap_or_default();
     let read = format!(" sets config_path {}", node().hosts_dir_on_node());
@@ -908,6 +902,7 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     // agents' DaemonSet (whose full selector would adopt it and delete it as one pod too many on the node). doctor
     // goes on judging the node by the DaemonSet's pod and its state, and never names the look-alike.
     let (before, _) = doctor_status(&pull.ns);
+    assert_eq!(before, Some(ALL_WELL));
     let mut spec = registry_pod_spec(5000, None);
     spec["nodeName"] = json!(node().name());
     let labels = json!({"app.kubernetes.io/component": "node-agent", "app.kubernetes.io/instance": "nodepull"});
@@ -965,7 +960,8 @@ async fn the_node_agent_leaves_a_foreign_file_for_its_address_as_it_is_tells_it_
     wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
     let theirs = format!("[host.\"http://{}\"]\n  capabilities = [\"pull\"]\n", pull.by_ip());
     std::fs::write(node().hosts_dir().join(&address).join("hosts.toml"), &theirs).unwrap();
-    let report = wait_doctor(&pull.ns, |report| report.contains(&format!("{address} (foreign: "))).await;
+    let report =
+        wait_doctor(&pull.ns, SOMETHING_WRONG, |report| report.contains(&format!("{address} (foreign: "))).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let left_alone = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
     wait_agent_metrics(&pull.client, &pull.ns, |text| text.contains(left_alone)).await;
@@ -1098,11 +1094,9 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     wait_waiting(&client, &ns, "unread", "server gave HTTP response to HTTPS client").await;
     let mismatch = "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
-    wait_doctor(&ns, |report| report.contains("ConfigPathMismatch: ")).await;
-    // A node verdict decides the exit status: 4, with the node section named as what is wrong.
-    let (code, report) = doctor_status(&ns);
+    // A node verdict decides the exit status, with the node section named as what is wrong.
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |report| report.contains("ConfigPathMismatch: ")).await;
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
-    assert_eq!(code, Some(4), "{report}");
     assert!(summary.contains("something is wrong in: ") && summary.contains("Node pulls"), "{report}");
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let reads = format!("reads registry hosts from {}", node().hosts_dir_on_node());
@@ -1263,7 +1257,7 @@ async fn the_node_agent_withdraws_the_files_of_a_tls_registry_whose_ca_bundle_ca
     let told = wait_event_note(&tls.client, &tls.ns, "registry", "CaBundleUnusable").await;
     assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
     wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
-    let report = wait_doctor(&tls.ns, |report| report.contains("its CA bundle cannot be used")).await;
+    let report = wait_doctor(&tls.ns, SOMETHING_WRONG, |report| report.contains("its CA bundle cannot be used")).await;
     assert!(report.contains("configmap/elsewhere-ca does not exist"), "{report}");
     assert!(!node().hosts_dir().join(&address).exists(), "the CA file and the directory go with the file");
     // Readable again: the files are back.
@@ -1485,8 +1479,11 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     }
     let refused = "local_registry_publisher_node_addresses_refused 2\n";
     wait_pod_metrics(&client, &ns, "controller", |text| text.contains(refused)).await;
-    let report =
-        wait_doctor(&ns, |r| r.contains("registry.k8s.io is published but no node is configured to pull it")).await;
+    // It exits 4 all the same: the published host, quay.io, does not resolve on this machine.
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |r| {
+        r.contains("registry.k8s.io is published but no node is configured to pull it")
+    })
+    .await;
     assert!(report.contains("quay.io is published but no node is configured to pull it"), "{report}");
     // A refusal is the admin's rule at work: the node section is not what is wrong.
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
@@ -1566,7 +1563,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     wait_hosts_toml(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
 
     // The foreign file is left byte for byte and reported; the namespace's docker.io is refused, not mirrored.
-    let report = wait_doctor(&ns, |r| r.contains("not configured for docker.io (foreign: ")).await;
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("not configured for docker.io (foreign: ")).await;
     assert!(report.contains(&format!("docker.io is mirrored: a hosts.toml sends its pulls to http://{cache_ip}:5000 first, then to https://registry-1.docker.io")), "{report}");
     assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
     wait_agent_metrics(&client, &ns, |t| t.contains("local_registry_publisher_node_addresses{state=\"foreign\"} 1\n"))
@@ -1599,7 +1596,8 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     // A pod naming Docker Hub runs from the cache, with nothing restarted.
     apply_in(&client, &ns, app_pod("through-mirror", image)).await;
     wait_phase(&client, &ns, "through-mirror", &["Running"]).await;
-    let report = wait_doctor(&ns, |r| {
+    // It exits 4 all the same: the mirror of ghcr.io has no Service, so the node section is wrong.
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |r| {
         r.contains(&format!("node {}: configured by mirror-local-registry-publisher-node-agent-", node().name()))
     })
     .await;
@@ -1607,6 +1605,29 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     let state = node_state(&client, &ns).await.and_then(|s| s.status).expect("a NodePullState");
     let docker = state.addresses.iter().find(|a| a.address == "docker.io").expect("docker.io in the node's state");
     assert_eq!(docker.server.as_deref(), Some("https://registry-1.docker.io"));
+
+    // The cache down (scaled to 0, its Service and so the node's file still there): containerd falls back to the
+    // upstream. Nothing here reaches Docker Hub, so the pull fails; the kubelet shows containerd's first error (the
+    // cache's), and containerd's log shows it went on to the upstream for the same image.
+    let mirrored = hosts_toml("docker.io");
+    ok(tool("kubectl", &["scale", "deployment/registry", "-n", &ns, "--replicas=0"]));
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let drained = wait_until(SOON, || async {
+        pods.list(&ListParams::default().labels("app=registry")).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+    assert!(drained.is_some(), "the cache's pods never went");
+    assert_eq!(hosts_toml("docker.io"), mirrored, "the mirror's file changed with its cache down");
+    apply_in(&client, &ns, app_pod("fallback", image)).await;
+    let failed = wait_waiting(&client, &ns, "fallback", &format!("{cache_ip}:5000")).await;
+    println!("with the cache down, containerd says: {failed}");
+    let log = plane.log_of("containerd");
+    let upstream_tried = wait_until(SOON, || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines().any(|l| l.contains("host=registry-1.docker.io") && l.contains("lrp-mirror")).then_some(())
+    })
+    .await;
+    assert!(upstream_tried.is_some(), "containerd never tried the upstream: {}", log.display());
 
     // The mirror taken out of the chart's values as the README says: its file goes, and the same pull fails as the
     // runtime says.
@@ -1653,15 +1674,26 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     // An invalid annotation: the ConfigMap keeps its last good document, and the node keeps the file that makes it
     // pullable, so a pod naming the still-published address starts.
     clusterip_registry(&client, &ns, json!({"local-registry-publisher.io/host": "http://Reg.example:5000/"})).await;
+    let state = wait_until(SOON, || async { node_state(&client, &ns).await?.status }).await;
+    let plan = state.expect("a NodePullState").plan;
     let told = wait_event_note(&client, &ns, "registry", "InvalidAnnotation").await;
     assert!(told.contains("local-registry-publisher.io/host"), "{told}");
-    // Several of the agent's passes (every 2 s) and the node plan task's, then the pull.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The node plan task had the publisher's decision before the Event went out (one process); two of the agent's
+    // passes after it, any change of plan would have reached the node.
+    let told_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let passed = |metrics: &str| {
+        let synced =
+            metrics.lines().find_map(|l| l.strip_prefix("local_registry_publisher_node_last_sync_timestamp_seconds "));
+        synced.and_then(|at| at.trim().parse::<f64>().ok()).is_some_and(|at| at > told_at + 2.0)
+    };
+    wait_agent_metrics(&client, &ns, passed).await;
+    let now = node_state(&client, &ns).await.and_then(|s| s.status).expect("a NodePullState").plan;
+    assert_eq!(now, plan, "the node plan changed with an invalid annotation");
     assert_eq!(published(&client, &ns, "hosting").await.as_ref(), Some(&document), "the last good document stays");
     assert!(hosts_toml(&address).is_some(), "the node's file went with an invalid annotation");
     apply_in(&client, &ns, app_pod("through", &format!("{address}/keepplan/app:1"))).await;
     wait_phase(&client, &ns, "through", &["Running"]).await;
-    let report = wait_doctor(&ns, |r| r.contains("the node plan written for it stays in force")).await;
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("the node plan written for it stays in force")).await;
     assert!(report.contains(&format!("{address} needs a hosts.toml")), "{report}");
     assert!(report.contains(&format!("node {}: configured by", node().name())), "{report}");
 
@@ -1686,11 +1718,11 @@ async fn node_state(client: &Client, ns: &str) -> Option<local_registry_publishe
 }
 
 #[tokio::test]
-async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_tells_a_stalled_agent() {
+async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_calls_a_frozen_agents_state_stale() {
     let plane = plane();
     let (client, ns, address) = agent_release("nodestate").await;
     let configured = format!("node {}: configured by nodestate-local-registry-publisher-node-agent-", node().name());
-    let report = wait_doctor(&ns, |r| r.contains(&configured)).await;
+    let report = wait_doctor(&ns, ALL_WELL, |r| r.contains(&configured)).await;
     // The simulated node runs no containerd: told, and not what is wrong.
     assert!(report.contains("its runtime is \"kwok-") && report.contains("does not read containerd's hosts.toml"));
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
@@ -1716,8 +1748,8 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     ok(tool("kubectl", &["delete", "events", "--all", "-n", &ns]));
     let after = names(events.list(&Default::default()).await.expect("list Events"));
     assert!(before.iter().all(|n| !after.contains(n)), "Events survived deletion: {after:?}");
-    let report = doctor_report(&ns);
-    assert!(report.contains(&configured), "{report}");
+    let (code, report) = doctor_status(&ns);
+    assert!(report.contains(&configured) && code == Some(ALL_WELL), "{code:?}: {report}");
 
     // `edit` in the release's own namespace cannot write a state directly (create, patch or delete); that namespace
     // is still cluster-admin only, since `edit` can run a pod as the agents' ServiceAccount (docs/node-pulls.md).
@@ -1737,7 +1769,9 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
         serde_json::from_value(invented).expect("a NodePullState");
     support::forbidden(states.create(&Default::default(), &invented).await, "creating a node's state");
 
-    // An agent that stops (its process frozen) turns unready, and doctor calls what it last wrote stale.
+    // An agent whose process is frozen (SIGSTOP: its pass loop and its probes alike) turns unready, and doctor calls
+    // what it last wrote stale and fails. That a pass loop late on its own makes the agent unready is the health
+    // unit test `a_task_that_promised_a_pass_is_unready_once_it_is_late_and_ready_after_the_next`.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let listed =
         pods.list(&ListParams::default().labels("app.kubernetes.io/component=node-agent")).await.expect("list");
@@ -1751,13 +1785,15 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_t
     let pid = container_process(container_id.rsplit('/').next().unwrap_or_default()).to_string();
     ok(Command::new("kill").args(["-STOP", &pid]).output().expect("kill -STOP"));
     let stale = wait_until(SOON, || async {
-        Some(doctor_report(&ns)).filter(|r| r.contains("is not ready, so what it last wrote may be stale"))
+        let (code, report) = doctor_status(&ns);
+        let stale = report.contains("is not ready, so what it last wrote may be stale");
+        (stale && code == Some(SOMETHING_WRONG)).then_some(report)
     })
     .await;
     let _ = Command::new("kill").args(["-CONT", &pid]).output();
-    assert!(stale.is_some(), "doctor never called the stalled agent's state stale:\n{}", doctor_report(&ns));
+    assert!(stale.is_some(), "doctor never called the frozen agent's state stale:\n{:?}", doctor_status(&ns));
     // Running again (resumed, or restarted by its liveness probe): configured.
-    wait_doctor(&ns, |r| r.contains(&configured)).await;
+    wait_doctor(&ns, ALL_WELL, |r| r.contains(&configured)).await;
 
     helm_uninstall("nodestate", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
@@ -1787,7 +1823,7 @@ async fn doctor_shows_why_a_node_agent_pod_is_not_running_in_the_kubelets_words(
     })
     .await;
     let line = format!("node {}: its node agent pod agentwhy-local-registry-publisher-node-agent-", node().name());
-    let report = wait_doctor(&ns, |r| r.contains(&line) && r.contains("FailedMount: ")).await;
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains(&line) && r.contains("FailedMount: ")).await;
     assert!(report.contains("is Pending, not Running: ContainerCreating"), "{report}");
     assert!(report.contains(&format!("/nonexistent-{ns}")), "the kubelet's own words name the path: {report}");
     let summary = report.rsplit("== Summary").next().unwrap_or_default();

@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use testbed::{ControlPlane, RealNode};
 
-use support::agent::{AGENT_PODS, hosts_toml, values, wait_file};
+use support::agent::{AGENT_PODS, ALL_WELL, hosts_toml, values, wait_file};
 use support::{cluster_ip, ok};
 
 fn plane() -> &'static ControlPlane {
@@ -69,7 +69,7 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     let after = agents(&client, &ns).await;
     assert!(after.contains(&before[0]), "the first node's agent was replaced or restarted: {before:?} -> {after:?}");
     assert_eq!(after.len(), 2, "{after:?}");
-    let report = support::agent::wait_doctor(plane, &ns, |r| {
+    let report = support::agent::wait_doctor(plane, &ns, ALL_WELL, |r| {
         r.contains(&format!("node {}: configured by", first.name()))
             && r.contains(&format!("node {}: configured by", second.name()))
     })
@@ -83,7 +83,7 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     assert!(hosts_toml(first, &address).is_some(), "the other node's file went too");
     let uncovered =
         format!("node {}: not covered by the node agent: its nodeSelector testbed.local/agents=on", second.name());
-    let report = support::agent::wait_doctor(plane, &ns, |r| r.contains(&uncovered)).await;
+    let report = support::agent::wait_doctor(plane, &ns, ALL_WELL, |r| r.contains(&uncovered)).await;
     assert!(report.contains(&format!("node {}: configured by", first.name())), "{report}");
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(!summary.contains("Node pulls") && !summary.contains("not done: no node"), "{report}");
@@ -92,7 +92,7 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     ok(tool("kubectl", &["label", "node", first.name(), "testbed.local/agents-"]));
     wait_file(first, &address, false, "the first node, left by the agents too").await;
     let none = format!("\n  not done: no node is covered by the node agent, so no node pulls {address}");
-    let report = support::agent::wait_doctor(plane, &ns, |r| r.contains(&none)).await;
+    let report = support::agent::wait_doctor(plane, &ns, ALL_WELL, |r| r.contains(&none)).await;
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(!summary.contains("Node pulls") && summary.contains(&none), "{report}");
     label(first, "testbed.local/agents=on");
@@ -104,7 +104,12 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     support::agent::helm_uninstall(plane, "twonodes", &ns);
     for node in [first, second] {
         wait_file(node, &address, false, "after uninstall").await;
-        let leftover = std::fs::read_dir(node.hosts_dir()).map(|d| d.count()).unwrap_or(0);
+        // An absent directory holds nothing; one that cannot be listed is not read as empty.
+        let leftover = match std::fs::read_dir(node.hosts_dir()) {
+            Ok(entries) => entries.count(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => panic!("list {}: {e}", Path::new(&node.hosts_dir()).display()),
+        };
         assert_eq!(leftover, 0, "{} keeps something in {}", node.name(), Path::new(&node.hosts_dir()).display());
     }
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");

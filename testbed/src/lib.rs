@@ -365,6 +365,11 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Where the component `name` (`containerd` is the first real node's) writes its log.
+    pub fn log_of(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+
     /// Process ids of the running components, by name.
     pub fn pids(&self) -> BTreeMap<String, u32> {
         self.lock_running().iter().map(|c| (c.name.clone(), c.pid())).collect()

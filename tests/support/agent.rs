@@ -92,16 +92,29 @@ pub async fn wait_file(node: &RealNode, address: &str, present: bool, what: &str
     assert!(done.is_some(), "{what}: {}'s {address}/hosts.toml is still {:?}", node.name(), hosts_toml(node, address));
 }
 
-/// `doctor`'s report on the release in `ns` (its own ConfigMap).
-pub fn doctor(plane: &ControlPlane, ns: &str) -> String {
+/// doctor's exit status when all is well, and when a section is wrong (a reader rejects a value, a node is not
+/// configured).
+pub const ALL_WELL: i32 = 0;
+pub const SOMETHING_WRONG: i32 = local_registry_publisher::cli::EXIT_READER_REJECTS as i32;
+
+/// `doctor` on the release in `ns` (its own ConfigMap): its exit status and its report.
+pub fn doctor(plane: &ControlPlane, ns: &str) -> (Option<i32>, String) {
     let output = super::doctor(plane, &[&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"]);
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// `doctor` on the release in `ns`, run until its report satisfies `check`.
-pub async fn wait_doctor(plane: &ControlPlane, ns: &str, check: impl Fn(&str) -> bool) -> String {
-    let found = wait_until(SOON, || async { Some(doctor(plane, ns)).filter(|r| check(r)) }).await;
-    found.unwrap_or_else(|| panic!("doctor never said what was expected:\n{}", doctor(plane, ns)))
+/// `doctor` on the release in `ns`, run until its report satisfies `check` and it exits with `status`: a test
+/// that reads a verdict asserts the exit status scripts act on too.
+pub async fn wait_doctor(plane: &ControlPlane, ns: &str, status: i32, check: impl Fn(&str) -> bool) -> String {
+    let found = wait_until(SOON, || async {
+        let (code, report) = doctor(plane, ns);
+        (code == Some(status) && check(&report)).then_some(report)
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        let (code, report) = doctor(plane, ns);
+        panic!("doctor never said what was expected with exit status {status}; it exits {code:?} saying:\n{report}")
+    })
 }
 
 /// A small image of this test's own (pause as its entrypoint), written as an OCI layout to push.
