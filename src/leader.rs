@@ -114,7 +114,7 @@ impl Elector {
     /// Campaigns and renews until `shutdown`, then releases the Lease if held.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         futures::pin_mut!(shutdown);
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.settings.name));
+        let config = watcher::Config::default().fields(&crate::watching::name_selector(&self.settings.name));
         let changes =
             watcher(self.api.clone(), config).backoff(backoff::exponential(backoff::WATCH_CAP)).touched_objects();
         futures::pin_mut!(changes);

@@ -44,12 +44,18 @@ impl WatchKey {
 
     /// The field selector as the API server takes it.
     pub fn field_selector(&self) -> Option<String> {
-        self.name.as_ref().map(|name| format!("metadata.name={name}"))
+        self.name.as_deref().map(name_selector)
     }
 
     fn order_key(&self) -> (Option<&str>, Option<String>, Option<&str>) {
         (self.namespace.as_deref(), self.label_selector(), self.name.as_deref())
     }
+}
+
+/// The field selector of the one object named `name`: a watch of it costs the API server and us one object, not
+/// the namespace's.
+pub fn name_selector(name: &str) -> String {
+    format!("metadata.name={name}")
 }
 
 // kube's `Selector` has no order; its text is canonical (set values are sorted), so keys order by it.

@@ -91,7 +91,7 @@ pub async fn run(
         "keeping this node's registry hosts"
     );
     let api = Api::<ConfigMap>::namespaced(client.clone(), &settings.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.configmap));
+    let config = watcher::Config::default().fields(&crate::watching::name_selector(&settings.configmap));
     let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP));
     futures::pin_mut!(events, shutdown);
     let mut resync = tokio::time::interval(settings.resync);

@@ -92,7 +92,7 @@ pub async fn withdraw(client: kube::Client, settings: &PullSecrets) -> Result<()
     use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
     use kube::api::{Api, ListParams};
     let listed = |source| Error::Read { target: "pull Secrets".into(), source };
-    let by_name = |name: &str| ListParams::default().fields(&format!("metadata.name={name}"));
+    let by_name = |name: &str| ListParams::default().fields(&crate::watching::name_selector(name));
     let secrets = Api::<Secret>::all(client.clone()).list(&by_name(&settings.name)).await.map_err(listed)?;
     let mut accounts = Vec::new();
     for name in &settings.service_accounts {
