@@ -2,7 +2,7 @@
 # Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
 # commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
 #
-#   hack/mutants.sh [PART ...]     parts: core registry node agent pull cli (default: all six, in one run)
+#   hack/mutants.sh [PART ...]     parts: core registry node agent pull cli shell (default: all seven, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
 #   MUTANTS_SUMMARISE_ONLY=1 [MUTANTS_RUN=<parts+...>] hack/mutants.sh [PART ...]
 #                                   writes the summaries of the last run of those parts (or of the run named) again,
@@ -24,8 +24,40 @@ files_of() {
     agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
     cli) echo "src/cli/nodes/verdict.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
-    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli)" >&2; return 2 ;;
+    shell) echo "src/escape.rs src/health.rs src/config.rs src/cli/mod.rs src/events.rs src/agent/mod.rs src/metrics_auth.rs" ;;
+    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli, shell)" >&2; return 2 ;;
   esac
+}
+
+# The decisions a part takes from files that also do I/O (the shell's): a regexp over mutant names (`replace X` /
+# `in X`, X a function or Type::method) per file, as `file|functions`; a file not listed is taken whole.
+functions_of() {
+  case $1 in
+    shell)
+      echo "src/config.rs|parse_[a-z_]+|split_requirements|expression|label_key|label_value|check_label_key|check_label_value|is_label_name"
+      echo "src/cli/mod.rs|published_status|invoked_as_plugin"
+      echo "src/events.rs|same|digest|posting_order|event|Keyed::of|Tell::occurrence|Latest<N>::put"
+      echo "src/agent/mod.rs|sync|read_plan|moved|Following::on|Following::read"
+      echo "src/metrics_auth.rs|Memory::spend|bearer_token"
+      ;;
+  esac
+}
+
+# The mutants a part tests, as a regexp over cargo-mutants' mutant names (`<file>:<line>:<col>: <change>`).
+names_regexp() {
+  local part=$1 regexp="" f rule file functions
+  for f in $(files_of "$part"); do
+    rule=$(functions_of "$part" | awk -F'|' -v f="$f" '$1 == f')
+    f=${f//./\\.}
+    f=${f//\*/[^/]*}
+    if [ -n "$rule" ]; then
+      functions=${rule#*|}
+      regexp+="${regexp:+|}^$f:[0-9]+:[0-9]+: .*(replace|in) ($functions)( |$)"
+    else
+      regexp+="${regexp:+|}^$f:"
+    fi
+  done
+  echo "$regexp"
 }
 
 # The part's files as one regexp over the paths cargo-mutants reports.
@@ -52,6 +84,11 @@ summarise() {
     echo "Written by \`hack/mutants.sh $part\` (cargo-mutants $version, the library's unit, property and grammar tests) on commit"
     echo "\`$commit\`, $(jq -r '.start_time[:10]' "$outcomes"), in one run of \`$run\` that took $minutes minutes"
     echo "(\`MUTANTS_JOBS=$jobs\`). Files: \`$(files_of "$part")\`."
+    if [ -n "$(functions_of "$part")" ]; then
+      echo
+      echo "Of these files' functions only the decisions (the rest is I/O, proven against the control plane):"
+      functions_of "$part" | while IFS='|' read -r file functions; do echo "- \`$file\`: \`${functions//|/\`, \`}\`"; done
+    fi
     echo
     echo "| module | mutants | caught | missed | timeouts | unviable | score |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -84,17 +121,24 @@ summarise() {
     done < <(jq -r --arg files "$regexp" '.outcomes[] | select(.summary == "MissedMutant")
       | select(.scenario.Mutant.file | test($files)) | .scenario.Mutant.name' "$outcomes")
     [ $any = 1 ] || echo "None."
+    echo
+    echo "Every mutant of the part by name, with its outcome: docs/mutants/$part.outcomes.txt."
   } >"docs/mutants/$part.md"
+  jq -r --arg files "$regexp" '.outcomes[] | select(.scenario | type == "object")
+    | select(.scenario.Mutant.file | test($files)) | "\(.summary) | \(.scenario.Mutant.name)"' "$outcomes" \
+    | sort >"docs/mutants/$part.outcomes.txt"
   echo "[mutants] $part: docs/mutants/$part.md" >&2
 }
 
 main() {
-  local parts=("$@") part args=() commit run status=0
-  [ ${#parts[@]} -gt 0 ] || parts=(core registry node agent pull cli)
+  local parts=("$@") part args=() commit run status=0 names=""
+  [ ${#parts[@]} -gt 0 ] || parts=(core registry node agent pull cli shell)
   for part in "${parts[@]}"; do
     files_of "$part" >/dev/null
     for f in $(files_of "$part"); do args+=(--file "$f"); done
+    names+="${names:+|}$(names_regexp "$part")"
   done
+  args+=(--re "$names")
   local mutants; mutants="$(hack/cargo-tool.sh cargo-mutants "$version")"
   commit=$(git rev-parse HEAD)
   git diff --quiet HEAD -- src || echo "[mutants] src/ has uncommitted changes: the summary names $commit all the same" >&2

@@ -121,7 +121,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
     let genuine: Vec<&ControllerPod> = match &pods {
-        Ok(pods) => pods.iter().filter(|p| p.genuine != Some(false)).collect(),
+        Ok(pods) => pods.iter().filter(|p| p.counts()).collect(),
         Err(()) => Vec::new(),
     };
     let mut unverified = 0;
@@ -374,8 +374,7 @@ fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()>) -
         return flags_alone("this command's flags (controller pods cannot be listed with this identity)".into());
     };
     // A look-alike (the chart's labels, but no right to write the ConfigMap) is never taken for the controller.
-    let mut running: Vec<&ControllerPod> =
-        pods.iter().filter(|p| p.phase == "Running" && p.genuine != Some(false)).collect();
+    let mut running: Vec<&ControllerPod> = pods.iter().filter(|p| p.phase == "Running" && p.counts()).collect();
     running.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     for pod in running {
         let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
@@ -423,7 +422,7 @@ async fn controllers(client: &Client, pods: &Result<Vec<ControllerPod>, ()>) {
         }
     }
     // A leader's identity is its pod name and a random suffix (see `pod::name`), so its Lease is found by holder.
-    let pods: Vec<&ControllerPod> = pods.iter().filter(|p| p.genuine != Some(false)).collect();
+    let pods: Vec<&ControllerPod> = pods.iter().filter(|p| p.counts()).collect();
     let held_by_a_pod = |holder: &str| pods.iter().any(|p| holder.starts_with(&format!("{}_", p.name)));
     let namespaces: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     for namespace in namespaces {

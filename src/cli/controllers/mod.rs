@@ -26,6 +26,13 @@ pub struct ControllerPod {
 }
 
 impl ControllerPod {
+    /// Whether doctor takes this pod for the controller: unless the API server said its ServiceAccount may not write
+    /// the ConfigMap. With no answer (this identity may not ask) it counts, marked unverified where it is listed: a
+    /// read-only user would otherwise be told that no controller runs at all.
+    pub fn counts(&self) -> bool {
+        self.genuine != Some(false)
+    }
+
     /// Whether `instance` (an Event's `reportingInstance`) names this pod or another pod of its Deployment.
     pub fn made(&self, instance: &str) -> bool {
         if instance == self.name {
@@ -70,6 +77,14 @@ mod tests {
             deployment: deployment.map(String::from),
             genuine: Some(true),
         }
+    }
+
+    #[test]
+    fn a_pod_counts_as_the_controller_unless_its_service_account_may_not_write_the_configmap() {
+        let answered = |genuine| ControllerPod { genuine, ..pod("lrp-7d9f8b6c5d-x2x4z", Some("lrp")) };
+        assert!(answered(Some(true)).counts());
+        assert!(answered(None).counts(), "no answer from the API server is marked unverified, not dropped");
+        assert!(!answered(Some(false)).counts());
     }
 
     #[test]
