@@ -37,7 +37,7 @@ functions_of() {
       echo "src/config.rs|parse_[a-z_]+|split_requirements|expression|label_key|label_value|check_label_key|check_label_value|is_label_name"
       echo "src/cli/mod.rs|published_status|invoked_as_plugin"
       echo "src/events.rs|same|digest|posting_order|event|Keyed::of|Tell::occurrence|Latest<N>::put"
-      echo "src/agent/mod.rs|sync|read_plan|moved|Following::on|Following::read"
+      echo "src/agent/mod.rs|sync|News::of|read_plan|moved|Following::on|Following::read"
       echo "src/metrics_auth.rs|Memory::spend|bearer_token"
       ;;
   esac
@@ -60,20 +60,11 @@ names_regexp() {
   echo "$regexp"
 }
 
-# The part's files as one regexp over the paths cargo-mutants reports.
-files_regexp() {
-  local regexp="" f
-  for f in $(files_of "$1"); do
-    f=${f//./\\.}
-    regexp+="${regexp:+|}${f//\*/[^/]*}"
-  done
-  echo "^($regexp)\$"
-}
-
 summarise() {
   local part=$1 out=$2 run=$3
   local outcomes="$out/mutants.out/outcomes.json" regexp commit jobs minutes
-  regexp=$(files_regexp "$part")
+  # By name, not by file: cargo-mutants 27.1 applies --re to every mutant but its struct-field deletions.
+  regexp=$(names_regexp "$part")
   commit=$(cat "$out/commit")
   jobs=$(cat "$out/jobs")
   minutes=$(jq -r '((.end_time | sub("\\.[0-9]+Z$"; "Z") | fromdate) - (.start_time | sub("\\.[0-9]+Z$"; "Z") | fromdate)) / 60 | floor' "$outcomes")
@@ -93,7 +84,7 @@ summarise() {
     echo "| module | mutants | caught | missed | timeouts | unviable | score |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
     jq -r '
-      [.outcomes[] | select(.scenario | type == "object") | select(.scenario.Mutant.file | test($files))
+      [.outcomes[] | select(.scenario | type == "object") | select(.scenario.Mutant.name | test($names))
         | {file: .scenario.Mutant.file, summary}]
       | group_by(.file)[]
       | {file: .[0].file,
@@ -105,7 +96,7 @@ summarise() {
       | . + {score: (if (.caught + .missed + .timeout) == 0 then "-" else
           "\((1000 * (.caught + .timeout) / (.caught + .missed + .timeout) | floor) / 10) %" end)}
       | "| `\(.file)` | \(.total) | \(.caught) | \(.missed) | \(.timeout) | \(.unviable) | \(.score) |"' \
-      --arg files "$regexp" "$outcomes"
+      --arg names "$regexp" "$outcomes"
     echo
     echo "Score: (caught + timeouts) / (caught + missed + timeouts); unviable mutants do not build and count for nothing."
     echo
@@ -118,14 +109,14 @@ summarise() {
       any=1
       why=$(awk -F' [|] ' -v n="$name" '$1 == n { print $2; exit }' docs/mutants/equivalent.txt 2>/dev/null)
       echo "- \`$name\`: ${why:-NOT EXPLAINED: kill it with a test, or say why it is equivalent}"
-    done < <(jq -r --arg files "$regexp" '.outcomes[] | select(.summary == "MissedMutant")
-      | select(.scenario.Mutant.file | test($files)) | .scenario.Mutant.name' "$outcomes")
+    done < <(jq -r --arg names "$regexp" '.outcomes[] | select(.summary == "MissedMutant")
+      | select(.scenario.Mutant.name | test($names)) | .scenario.Mutant.name' "$outcomes")
     [ $any = 1 ] || echo "None."
     echo
     echo "Every mutant of the part by name, with its outcome: docs/mutants/$part.outcomes.txt."
   } >"docs/mutants/$part.md"
-  jq -r --arg files "$regexp" '.outcomes[] | select(.scenario | type == "object")
-    | select(.scenario.Mutant.file | test($files)) | "\(.summary) | \(.scenario.Mutant.name)"' "$outcomes" \
+  jq -r --arg names "$regexp" '.outcomes[] | select(.scenario | type == "object")
+    | select(.scenario.Mutant.name | test($names)) | "\(.summary) | \(.scenario.Mutant.name)"' "$outcomes" \
     | sort >"docs/mutants/$part.outcomes.txt"
   echo "[mutants] $part: docs/mutants/$part.md" >&2
 }

@@ -278,17 +278,31 @@ fn sync(node_runtime: &dyn NodeRuntime, plan: &NodePlan, last: &Report) -> Optio
     for address in &report.removed {
         info!(address = %safe(address), "hosts.toml removed: the address is no longer published");
     }
-    if report.foreign != last.foreign {
+    let news = News::of(&report, last);
+    if news.foreign {
         for address in &report.foreign {
             warn!(address = %safe(address), "a hosts.toml this agent did not write is there: left as it is, so this node pulls the address as that file says");
         }
     }
-    if report.failed != last.failed {
+    if news.failed {
         for (address, reason) in &report.failed {
             error!(address = %safe(address), reason = %safe(reason), "hosts.toml not written");
         }
     }
     Some(report)
+}
+
+/// Which of a pass's standing troubles are news: each is logged when it changes, not on every pass (every 2 s).
+#[derive(Debug, PartialEq, Eq)]
+struct News {
+    foreign: bool,
+    failed: bool,
+}
+
+impl News {
+    fn of(report: &Report, last: &Report) -> Self {
+        Self { foreign: report.foreign != last.foreign, failed: report.failed != last.failed }
+    }
 }
 
 fn tell_runtime(found: &Reading) {
@@ -392,6 +406,39 @@ mod tests {
             "data": {PLAN_KEY: plan}
         }))
         .expect("a ConfigMap")
+    }
+
+    /// A runtime whose every pass finds `found` (`None`: its directory cannot be read).
+    struct Passes(Option<Report>);
+
+    impl NodeRuntime for Passes {
+        fn apply(&self, _: &NodePlan) -> std::io::Result<Report> {
+            self.0.clone().ok_or_else(|| std::io::Error::other("unreadable"))
+        }
+        fn check(&self) -> Reading {
+            unreachable!("a pass does not check the runtime's config")
+        }
+        fn location(&self) -> String {
+            "/hosts".into()
+        }
+    }
+
+    #[test]
+    fn a_pass_reports_what_the_runtime_did_and_nothing_when_its_directory_cannot_be_read() {
+        let did = Report { written: vec!["10.96.0.10:5000".into()], ..Report::default() };
+        assert_eq!(sync(&Passes(Some(did.clone())), &NodePlan::default(), &Report::default()), Some(did));
+        assert_eq!(sync(&Passes(None), &NodePlan::default(), &Report::default()), None);
+    }
+
+    #[test]
+    fn a_foreign_file_or_a_failure_is_news_only_when_it_differs_from_the_last_pass() {
+        let foreign = Report { foreign: vec!["docker.io".into()], ..Report::default() };
+        let failed = Report { failed: vec![("docker.io".into(), "read-only".into())], ..Report::default() };
+        assert_eq!(News::of(&foreign, &Report::default()), News { foreign: true, failed: false });
+        assert_eq!(News::of(&foreign, &foreign), News { foreign: false, failed: false });
+        assert_eq!(News::of(&failed, &Report::default()), News { foreign: false, failed: true });
+        assert_eq!(News::of(&failed, &failed), News { foreign: false, failed: false });
+        assert_eq!(News::of(&Report::default(), &failed), News { foreign: false, failed: true }, "cleared is news");
     }
 
     #[test]
