@@ -690,6 +690,12 @@ mod tests {
             parse(&["--node-address=192.168.49.2"]).unwrap().publish.values.node_address,
             NodeAddress::Literal("192.168.49.2".into())
         );
+        assert_eq!(
+            parse(&["--node-address=registry.example.com"]).unwrap().publish.values.node_address,
+            NodeAddress::Literal("registry.example.com".into()),
+            "a dotted host name is an address, not a mode"
+        );
+        assert!(parse(&["--leader-elect-lease-duration=3s"]).is_ok(), "3s is the shortest lease");
     }
 
     #[test]
@@ -711,6 +717,7 @@ mod tests {
             ("--registry-selector=app in registry", "parentheses"),
             ("--registry-selector=Bad Key=x", "label key"),
             ("--registry-selector=", "empty"),
+            ("--registry-selector=tier=-test", "label value"),
             ("--node-address=external-ip", "unknown mode"),
             ("--node-address=0.0.0.0", "listen address"),
             ("--node-address=255.255.255.255", "broadcast"),

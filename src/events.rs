@@ -341,5 +341,70 @@ mod tests {
             [("writes wait 30s", Reason::ConflictingWriter)],
             "the state went, the occurrence stayed once"
         );
+        // An untold occurrence outlives a later pass that does not repeat it.
+        latest.put(vec![hold.clone()]);
+        latest.put(vec![notice("zot", Reason::Published, "published")]);
+        let untold = latest.slot().take().expect("notices");
+        let told: Vec<Reason> = untold.iter().map(|n| n.reason).collect();
+        assert_eq!(told, [Reason::Published, Reason::ConflictingWriter]);
+    }
+
+    #[test]
+    fn the_same_notice_is_about_the_same_object_for_the_same_reason_saying_the_same() {
+        let zot = notice("zot", Reason::NotPublished, "no ready endpoint");
+        assert!(same(&zot, &zot.clone()));
+        assert!(!same(&zot, &notice("harbor", Reason::NotPublished, "no ready endpoint")), "another object");
+        assert!(!same(&zot, &notice("zot", Reason::Published, "no ready endpoint")), "another reason");
+        assert!(!same(&zot, &notice("zot", Reason::NotPublished, "published")), "another message");
+    }
+
+    #[test]
+    fn an_event_says_the_notice_in_the_events_api_shape_with_its_note_cut_to_the_limit() {
+        let zot = notice("zot", Reason::NotPublished, "no ready endpoint");
+        let told = event("Publish", "lrp-7d9f8b6c5d-x2x4z", &zot, "registry", "zot");
+        assert_eq!(told.action.as_deref(), Some("Publish"));
+        assert_eq!(told.reason.as_deref(), Some("NotPublished"));
+        assert_eq!(told.note.as_deref(), Some("no ready endpoint"));
+        assert_eq!(told.type_.as_deref(), Some("Normal"));
+        assert!(told.event_time.is_some());
+        assert_eq!(told.regarding.as_ref(), Some(&zot.regarding));
+        assert_eq!(told.reporting_controller.as_deref(), Some(MANAGER));
+        assert_eq!(told.reporting_instance.as_deref(), Some("lrp-7d9f8b6c5d-x2x4z"));
+        assert_eq!(told.metadata.namespace.as_deref(), Some("registry"));
+        assert!(told.metadata.name.as_deref().is_some_and(|n| n.starts_with("zot.")), "{:?}", told.metadata.name);
+        // At the limit a note is whole; over it, cut on a character boundary and marked, within the limit.
+        let whole = "a".repeat(NOTE_LIMIT);
+        let told = event("Publish", "lrp", &notice("zot", Reason::NotPublished, &whole), "registry", "zot");
+        assert_eq!(told.note, Some(whole));
+        let long = "\u{e9}".repeat(NOTE_LIMIT);
+        let told = event("Publish", "lrp", &notice("zot", Reason::NotPublished, &long), "registry", "zot");
+        let note = told.note.expect("a note");
+        assert!(note.ends_with("...") && (NOTE_LIMIT - 4..=NOTE_LIMIT).contains(&note.len()), "{}", note.len());
+    }
+
+    /// A notice type that says nothing of occurrences.
+    struct Plain(Notice);
+
+    impl Tell for Plain {
+        fn regarding(&self) -> &ObjectReference {
+            &self.0.regarding
+        }
+        fn reason(&self) -> &'static str {
+            self.0.reason.as_str()
+        }
+        fn warning(&self) -> bool {
+            false
+        }
+        fn message(&self) -> &str {
+            &self.0.message
+        }
+    }
+
+    #[test]
+    fn a_notice_is_a_state_unless_its_type_says_it_is_an_occurrence() {
+        let latest = Latest { notices: Mutex::new(None), wake: Notify::new(), closed: AtomicBool::new(false) };
+        latest.put(vec![Plain(notice("zot", Reason::NotPublished, "no ready endpoint"))]);
+        latest.put(Vec::new());
+        assert!(latest.slot().take().expect("notices").is_empty(), "a state is not told once it is gone");
     }
 }

@@ -216,6 +216,18 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_loop_is_live_for_twelve_heartbeats_after_its_last_beat_and_not_a_moment_longer() {
+        let health = Health::default();
+        health.start(Task::PullSecrets);
+        tokio::time::advance(12 * HEARTBEAT).await;
+        assert_eq!(health.live(), Ok(()), "twelve heartbeats late is still live");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(health.live().is_err_and(|why| why.contains("pull-secrets loop has not run")));
+        health.beat(Task::PullSecrets, true);
+        assert_eq!(health.live(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_task_that_promised_a_pass_is_unready_once_it_is_late_and_ready_after_the_next() {
         let health = Health::default();
         health.set_api_reachable(true);

@@ -51,7 +51,23 @@ pub const EXIT_UNREACHABLE: u8 = 5;
 
 #[cfg(test)]
 mod tests {
-    use super::invoked_as_plugin;
+    use super::readers::Verdict;
+    use super::{EXIT_NONE, EXIT_READER_REJECTS, invoked_as_plugin, published_status};
+
+    #[test]
+    fn the_exit_status_says_nothing_is_published_a_reader_rejects_it_or_all_is_well() {
+        let verdict = |problem: Option<&str>| Verdict {
+            reader: "Tilt",
+            uses: None,
+            problem: problem.map(str::to_string),
+            note: None,
+        };
+        let (fine, rejects) = (verdict(None), verdict(Some("no host")));
+        assert_eq!(published_status(None, &[]), EXIT_NONE);
+        assert_eq!(published_status(Some(" \n"), std::slice::from_ref(&fine)), EXIT_NONE, "white space is nothing");
+        assert_eq!(published_status(Some("host: localhost:5000"), &[fine.clone(), rejects]), EXIT_READER_REJECTS);
+        assert_eq!(published_status(Some("host: localhost:5000"), &[fine]), 0);
+    }
 
     #[test]
     fn the_plugin_name_is_recognised_however_the_system_spells_the_path() {
