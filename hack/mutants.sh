@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs cargo-mutants over parts of the pure core and keeps each part's summary in docs/mutants/<part>.md (the
-# commit it was measured on, caught / missed / unviable / timeouts, the score per module, every missed mutant).
+# Runs cargo-mutants over parts of the pure core, and over the decisions that sit beside I/O (part shell), and keeps
+# each part's summary in docs/mutants/<part>.md (the commit it was measured on, caught / missed / unviable /
+# timeouts, the score per module, every missed mutant) and its mutants by name in docs/mutants/<part>.outcomes.txt.
 #
 #   hack/mutants.sh [PART ...]     parts: core registry node agent pull cli shell (default: all seven, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
@@ -45,7 +46,7 @@ functions_of() {
 
 # The mutants a part tests, as a regexp over cargo-mutants' mutant names (`<file>:<line>:<col>: <change>`).
 names_regexp() {
-  local part=$1 regexp="" f rule file functions
+  local part=$1 regexp="" f rule functions
   for f in $(files_of "$part"); do
     rule=$(functions_of "$part" | awk -F'|' -v f="$f" '$1 == f')
     f=${f//./\\.}

@@ -367,7 +367,7 @@ impl ControlPlane {
 
     /// Where the component `name` (`containerd` is the first real node's) writes its log.
     pub fn log_of(&self, name: &str) -> PathBuf {
-        self.dir.join("logs").join(format!("{name}.log"))
+        process::log_path(&self.dir, name)
     }
 
     /// Process ids of the running components, by name.

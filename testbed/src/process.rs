@@ -56,9 +56,14 @@ pub struct Component {
     child: Child,
 }
 
+/// Where the component `name` of the plane in `dir` writes its log.
+pub fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("logs").join(format!("{name}.log"))
+}
+
 impl Component {
     pub fn spawn(name: &str, program: &Path, args: &[String], dir: &Path) -> Result<Self, Error> {
-        let log = dir.join("logs").join(format!("{name}.log"));
+        let log = log_path(dir, name);
         std::fs::create_dir_all(log.parent().unwrap_or(dir))?;
         let out = File::create(&log)?;
         let child = Command::new(program)
