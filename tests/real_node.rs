@@ -1162,19 +1162,7 @@ impl TlsRegistry {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-tls"},
             "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}});
         apply_in(&client, &ns, secret).await;
-        let registry = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
-            "spec": {"selector": {"matchLabels": {"app": "registry"}},
-                "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {
-                    "containers": [{
-                        "name": "registry", "image": images().name, "imagePullPolicy": "Never",
-                        "command": ["/authregistry", "--address", ":5000", "--anonymous",
-                            "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
-                        "ports": [{"name": "registry", "containerPort": 5000}],
-                        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
-                            "periodSeconds": 1}}],
-                    "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
-        apply_in(&client, &ns, registry).await;
+        apply_in(&client, &ns, tls_registry_deployment("registry", "registry-tls")).await;
         let mut with_ca = agent_on();
         with_ca.push("nodeAgent.caBundles={registry-ca}".into());
         let values = isolated_release_values(&ns, if agent { &with_ca } else { &[] });
@@ -1511,6 +1499,23 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     }
 }
 
+/// An anonymous registry Deployment `name` (pods labelled `app=<name>`) serving HTTPS on port 5000 with the
+/// `kubernetes.io/tls` Secret `secret`.
+fn tls_registry_deployment(name: &str, secret: &str) -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "containers": [{
+                    "name": "registry", "image": images().name, "imagePullPolicy": "Never",
+                    "command": ["/authregistry", "--address", ":5000", "--anonymous",
+                        "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
+                    "ports": [{"name": "registry", "containerPort": 5000}],
+                    "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
+                        "periodSeconds": 1}}],
+                "volumes": [{"name": "tls", "secret": {"secretName": secret}}]}}}})
+}
+
 /// The values that make the Service `cache` (port 5000) of `ns` the node's mirror of docker.io.
 fn docker_hub_mirror(ns: &str) -> Vec<String> {
     vec![
@@ -1644,6 +1649,66 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     for ns in [&ns, &tenant_ns] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");
     }
+}
+
+/// The other half of a mirror's fallback: with its cache down (its Service there, no pod behind it, as a cache scaled
+/// to 0 leaves it) the node pulls from the upstream itself, and the pod runs. Nothing here reaches Docker Hub, so the
+/// upstream is a registry in the cluster that serves HTTPS under a certificate the node's system roots trust, as a
+/// public registry's is (testbed's node root CA), with no CA in the mirror's file; the mirror names it by ClusterIP.
+#[tokio::test]
+async fn with_its_cache_down_an_admins_mirror_falls_back_to_a_reachable_upstream_and_the_pod_runs() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "fallback").await.expect("namespace");
+    let service = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"name": "registry", "port": 5000}]}})
+    };
+    apply_in(&client, &ns, service("cache")).await;
+    let cache = format!("{}:5000", cluster_ip(&client, &ns, "cache").await);
+    apply_in(&client, &ns, service("upstream")).await;
+    let upstream_ip = cluster_ip(&client, &ns, "upstream").await;
+    let tls = node().trusted_tls(&[&upstream_ip]).expect("a certificate the node trusts");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "upstream-tls"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}});
+    apply_in(&client, &ns, secret).await;
+    apply_in(&client, &ns, tls_registry_deployment("upstream", "upstream-tls")).await;
+    let upstream = format!("{upstream_ip}:5000");
+    let image = format!("{upstream}/library/lrp-upstream:1");
+    push(true, &own_image("fallback"), &image, None);
+
+    let mirror = [
+        format!("nodeAgent.mirrors[0].upstream={upstream}"),
+        format!("nodeAgent.mirrors[0].service.namespace={ns}"),
+        "nodeAgent.mirrors[0].service.name=cache".into(),
+        "nodeAgent.mirrors[0].service.port=5000".into(),
+    ];
+    let values = isolated_release_values(&ns, &[agent_on(), mirror.to_vec()].concat());
+    helm_install("fallback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let (text, _) = wait_hosts_toml(&upstream, "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
+    let text = text.unwrap_or_default();
+    assert!(text.contains(&format!("server = \"https://{upstream}\"\n")), "{text}");
+    assert!(text.contains(&format!("[host.\"http://{cache}\"]")), "{text}");
+    assert!(!text.contains("ca = "), "the upstream is trusted through the node's roots alone: {text}");
+
+    apply_in(&client, &ns, app_pod("fallback", &image)).await;
+    wait_phase(&client, &ns, "fallback", &["Running"]).await;
+    // Through the mirror's file: containerd tried the cache first for this image, then the upstream served it.
+    let log = plane.log_of("containerd");
+    let cache_tried = wait_until(SOON, || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let first = format!("http://{cache}/v2/library/lrp-upstream/");
+        text.lines().any(|l| l.contains("trying next host") && l.contains(&first)).then_some(())
+    })
+    .await;
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let said: Vec<&str> = said.lines().filter(|l| l.contains("lrp-upstream")).collect();
+    assert!(cache_tried.is_some(), "containerd never tried the cache first: {}", said.join("\n"));
+
+    helm_uninstall("fallback", &ns);
+    wait_hosts_toml(&upstream, "after uninstall", |t| t.is_none()).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
 /// A plain-HTTP ClusterIP registry and a release named `release` with the node agent on, in a fresh namespace named

@@ -55,12 +55,42 @@ pub struct PrivateTls {
 /// clients match only against IP SANs).
 pub fn private_tls(names: &[&str]) -> Result<PrivateTls, Error> {
     let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "testbed-private-ca");
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca_params = ca_params("testbed-private-ca")?;
     let ca_cert = ca_params.self_signed(&ca_key)?;
-    let ca = Issuer::new(ca_params, ca_key);
+    serving_tls(ca_cert.pem(), &Issuer::new(ca_params, ca_key), names)
+}
+
+/// The CA the real nodes' system roots hold (`/etc/ssl/certs` in their own `/etc`), as an admin's own CA is on a
+/// company's nodes: written as `<name>.crt` and `<name>.key` in `dir`.
+pub(crate) fn write_node_roots(dir: &Path) -> Result<(), Error> {
+    let key = KeyPair::generate()?;
+    let certificate = ca_params(NODE_ROOTS)?.self_signed(&key)?;
+    std::fs::write(dir.join(format!("{NODE_ROOTS}.crt")), certificate.pem())?;
+    std::fs::write(dir.join(format!("{NODE_ROOTS}.key")), key.serialize_pem())?;
+    Ok(())
+}
+
+/// A serving certificate for `names` that the real nodes trust with no CA configured anywhere (see
+/// [`write_node_roots`]); `dir` holds the CA. The same subject and key sign as the written CA, so what it signs
+/// chains to it.
+pub(crate) fn node_trusted_tls(dir: &Path, names: &[&str]) -> Result<PrivateTls, Error> {
+    let ca = std::fs::read_to_string(dir.join(format!("{NODE_ROOTS}.crt")))?;
+    let key = KeyPair::from_pem(&std::fs::read_to_string(dir.join(format!("{NODE_ROOTS}.key")))?)?;
+    serving_tls(ca, &Issuer::new(ca_params(NODE_ROOTS)?, key), names)
+}
+
+/// The file name, and the CA's common name, of the real nodes' own root CA.
+pub(crate) const NODE_ROOTS: &str = "testbed-node-roots";
+
+fn ca_params(common_name: &str) -> Result<CertificateParams, Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    Ok(params)
+}
+
+fn serving_tls(ca: String, issuer: &Issuer<'_, KeyPair>, names: &[&str]) -> Result<PrivateTls, Error> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     for name in names {
@@ -71,8 +101,8 @@ pub fn private_tls(names: &[&str]) -> Result<PrivateTls, Error> {
     }
     params.distinguished_name.push(DnType::CommonName, names.first().copied().unwrap_or("server"));
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let certificate = params.signed_by(&key, &ca)?;
-    Ok(PrivateTls { ca: ca_cert.pem(), certificate: certificate.pem(), key: key.serialize_pem() })
+    let certificate = params.signed_by(&key, issuer)?;
+    Ok(PrivateTls { ca, certificate: certificate.pem(), key: key.serialize_pem() })
 }
 
 /// Writes every certificate; the API server's serving certificate also names `api_ip`, where it listens.
@@ -146,5 +176,6 @@ pub fn write(dir: &Path, api_ip: Ipv4Addr) -> Result<Pki, Error> {
     }
     std::fs::write(&pki.service_account_key, service_account_key.serialize_pem())?;
     std::fs::write(&pki.service_account_public_key, service_account_key.public_key_pem())?;
+    write_node_roots(dir)?;
     Ok(pki)
 }

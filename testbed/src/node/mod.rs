@@ -132,6 +132,8 @@ pub struct RealNode {
     /// Where its containerd release's binaries are (ctr among them).
     containerd_bin: PathBuf,
     release: ContainerdRelease,
+    /// The control plane's certificates, the node's own root CA among them.
+    pki: PathBuf,
 }
 
 impl RealNode {
@@ -146,6 +148,12 @@ impl RealNode {
     /// The containerd release it runs.
     pub fn containerd_release(&self) -> &ContainerdRelease {
         &self.release
+    }
+
+    /// A serving certificate for `names` that this node trusts through its system roots, with no CA in any of its
+    /// files: as a public registry's, or one signed by the CA an admin installed on every node.
+    pub fn trusted_tls(&self, names: &[&str]) -> Result<crate::PrivateTls, Error> {
+        crate::pki::node_trusted_tls(&self.pki, names)
     }
 
     /// A command that runs in the node's network namespace: there `localhost` is the node, as it is for a
@@ -251,8 +259,10 @@ pub(crate) fn recipes(
          && mkdir -p {mount} && mount --bind {own} {mount} \
          && mkdir -p /run/testbed-etc/upper /run/testbed-etc/work \
          && mount -t overlay overlay -o lowerdir=/etc,upperdir=/run/testbed-etc/upper,workdir=/run/testbed-etc/work /etc \
+         && mkdir -p /etc/ssl/certs && cp {mount}/{roots}.crt /etc/ssl/certs/ \
          && echo $$ >{pid} && exec sleep infinity'",
         mount = config::NODE_MOUNT,
+        roots = crate::pki::NODE_ROOTS,
         own = dir.join(slot.dir_name()).display(),
         pid = node("holder.pid"),
     );
@@ -327,6 +337,9 @@ pub(crate) fn write_configs(
     for (file, contents) in files {
         std::fs::write(node.join(file), contents)?;
     }
+    // The node's own root CA, which its holder adds to the system roots of the node's `/etc`.
+    let roots = format!("{}.crt", crate::pki::NODE_ROOTS);
+    std::fs::copy(pki.ca_cert.with_file_name(&roots), node.join(&roots))?;
     Ok(())
 }
 
@@ -379,6 +392,7 @@ impl ControlPlane {
             dir: dir.clone(),
             containerd_bin: containerd_bin.clone(),
             release: release.clone(),
+            pki: self.dir().join("pki"),
         };
         let ctr = containerd_bin.join("ctr");
         let socket = dir.join("containerd.sock");
