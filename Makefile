@@ -20,10 +20,11 @@ CLUSTER_TESTS := --test smoke --test publisher --test tenancy --test addresses -
 	--test outage --test chart --test pull_secrets --test cli
 KUBE_WINDOW := 1.25 1.37
 # The node agent's real-node tests (name filters over real_node and containerd_config), run again on other containerd
-# releases than the main pin (2.4): `make test` on the window's oldest end, `make test-containerd-window` on each.
+# releases than the main pin (2.4): `make test` on the window's oldest end and on 2.3, what kind, k3s and minikube ship
+# today; `make test-containerd-window` on each, recording the run in docs/containerd-window.md.
 NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
 	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry runtime_conformance
-CONTAINERD_ENDS := 1.7
+CONTAINERD_RERUN := 1.7 2.3
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: tools image
 	$(CARGO) test --workspace -- --test-threads=8
@@ -31,19 +32,16 @@ test: tools image
 	  echo "[test] the cluster test files against Kubernetes $$minor"; \
 	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
 	done
-	@for release in $(CONTAINERD_ENDS); do \
+	@for release in $(CONTAINERD_RERUN); do \
 	  echo "[test] the node agent's real-node tests on containerd $$release"; \
 	  LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
 ## test-containerd-window: the node agent's real-node tests on every containerd release of the window (1.7, 2.2, 2.3
-## and the main pin 2.4: what kind, k3s, minikube and MicroK8s ship), building the two that `make test` does not
+## and the main pin 2.4: what kind, k3s, minikube and MicroK8s ship), building 2.2, which `make test` does not; when
+## all pass, records each release and its count of passed tests in docs/containerd-window.md (commit it)
 test-containerd-window: image
-	LRP_CONTAINERD_WINDOW=all hack/tools.sh >/dev/null
-	@for release in $(CONTAINERD_WINDOW); do \
-	  echo "[test] the node agent's real-node tests on containerd $$release"; \
-	  LRP_CONTAINERD_WINDOW=all LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
-	done
+	CARGO=$(CARGO) hack/containerd-window.sh $(CONTAINERD_WINDOW)
 
 ## install: the CLI into $(PREFIX)/bin (default ~/.local/bin), with the kubectl plugin name beside it
 PREFIX ?= $(HOME)/.local

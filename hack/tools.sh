@@ -24,10 +24,11 @@ k8s_version=v1.36.3
 # Their control planes only (API server, controller-manager, scheduler), named with their minor: kube-apiserver-1.25.
 k8s_window="1.25 1.37"
 # The real node's containerd window (README "Node pulls"): the main pin (tools/containerd) is its newest end; 1.7,
-# the oldest still shipped (older kind, k3s and MicroK8s), is built always, since `make test` runs the node agent's
-# tests on it; 2.2 and 2.3 only with LRP_CONTAINERD_WINDOW=all (`make test-containerd-window`). Each lands in a
-# directory of its own, bin/containerd-<minor>/, so containerd finds the shim of its own release beside it.
-containerd_window="1.7"
+# the oldest still shipped (older kind, k3s and MicroK8s), and 2.3, what kind, k3s and minikube ship today, are built
+# always, since `make test` runs the node agent's tests on them; 2.2 only with LRP_CONTAINERD_WINDOW=all
+# (`make test-containerd-window`). Each lands in a directory of its own, bin/containerd-<minor>/, so containerd finds
+# the shim of its own release beside it.
+containerd_window="1.7 2.3"
 [ "${LRP_CONTAINERD_WINDOW:-}" = all ] && containerd_window="1.7 2.2 2.3"
 containerd_module() { [ "$1" = 1.7 ] && echo github.com/containerd/containerd || echo github.com/containerd/containerd/v2; }
 k8s_ldflags() {
@@ -193,6 +194,8 @@ main() {
     esac
   done
   [ -n "$wanted" ] && set=$(echo "$@" | tr ' ' '+')
+  # The whole window is a set of its own, so a window run and `make test` do not take each other's links away.
+  [ "${LRP_CONTAINERD_WINDOW:-}" = all ] && set+=-window
   local started all_keys="" line name version targets key dir missing=0 names=""
   started=$(date +%s)
   [ $only_dir = 1 ] || ensure_debian_packages
@@ -217,7 +220,7 @@ main() {
     mkdir -p "$bin.partial"
     for key in $all_keys; do ln -sf "$cache/tools/$key/bin/"* "$bin.partial/"; done
     mv "$bin.partial" "$bin"
-    find "$cache" -maxdepth 1 -name "bin-$set-*" ! -path "$bin" -exec rm -rf {} + 2>/dev/null || true
+    find "$cache" -maxdepth 1 -name "bin-$set-[0-9a-f]*" ! -path "$bin" -exec rm -rf {} + 2>/dev/null || true
   fi
   [ $only_dir = 1 ] || echo "[tools] ready in $(elapsed "$started") ($set:$names): $bin" >&2
   echo "$bin"
