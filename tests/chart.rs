@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -453,6 +454,74 @@ fn each_test_the_containerd_rerun_names_exists() {
             tests.iter().any(|test| test.contains(filter)),
             "NODE_AGENT_TESTS names {filter}, which is no test of {binaries:?}: rename the filter with the test"
         );
+    }
+}
+
+/// The README and docs/node-pulls.md promise the containerd releases the node agent is proven on. The proof is the
+/// window run's record (docs/containerd-window.md, written by `make test-containerd-window` only when every release
+/// passed): each release the docs name must be in it, the record must be of exactly the pinned releases (a pin moved
+/// without a run fails here), and `make test` reruns only releases hack/tools.sh builds for it.
+#[test]
+fn every_containerd_release_the_docs_name_is_in_the_window_runs_record() {
+    let read = |path: &str| std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let recorded: BTreeMap<String, u32> = read("docs/containerd-window.md")
+        .lines()
+        .filter_map(|line| match line.split('|').map(str::trim).collect::<Vec<_>>()[..] {
+            ["", release, passed, ""] => Some((release.to_string(), passed.parse().ok()?)),
+            _ => None,
+        })
+        .collect();
+    let counts: BTreeSet<u32> = recorded.values().copied().collect();
+    assert!(counts.len() == 1 && counts.iter().all(|n| *n > 0), "the same tests pass on every release: {recorded:?}");
+
+    let pinned: BTreeSet<String> = std::fs::read_dir(root().join("tools"))
+        .expect("tools/")
+        .map(|entry| entry.expect("tools/ entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name == "containerd" || name.starts_with("containerd-"))
+        .map(|name| {
+            let go_mod = read(&format!("tools/{name}/go.mod"));
+            let require = go_mod.lines().find(|l| l.starts_with("require github.com/containerd/containerd"));
+            let version = require.and_then(|l| l.split_whitespace().last()).expect("containerd's require line");
+            version.trim_start_matches('v').to_string()
+        })
+        .collect();
+    let releases: BTreeSet<String> = recorded.keys().cloned().collect();
+    assert_eq!(
+        releases, pinned,
+        "docs/containerd-window.md is of other releases than the pins: make test-containerd-window"
+    );
+
+    let makefile = read("Makefile");
+    let list = |name: &str| -> Vec<String> {
+        let line = makefile.lines().find_map(|l| l.strip_prefix(&format!("{name} := "))).expect(name);
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    let minor_of = |release: &str| release.rsplit_once('.').map(|(minor, _)| minor.to_string()).expect("x.y.z");
+    let window = list("CONTAINERD_WINDOW");
+    let pinned_minors: BTreeSet<String> = pinned.iter().map(|release| minor_of(release)).collect();
+    assert_eq!(window.iter().cloned().collect::<BTreeSet<_>>(), pinned_minors, "CONTAINERD_WINDOW is every pin");
+    let tools = read("hack/tools.sh");
+    let built = tools.lines().find_map(|l| l.strip_prefix("containerd_window=")).expect("containerd_window");
+    for minor in list("CONTAINERD_RERUN") {
+        assert!(built.trim_matches('"').split_whitespace().any(|b| b == minor), "make test reruns {minor}, unbuilt");
+    }
+
+    let release = regex::Regex::new(r"\b(\d+\.\d+)\.\d+\b").expect("regexp");
+    for doc in ["README.md", "docs/node-pulls.md"] {
+        let text = read(doc);
+        let named: Vec<&str> = text
+            .lines()
+            .filter(|line| line.contains("containerd"))
+            .flat_map(|line| release.captures_iter(line).map(|c| (c.get(0), c.get(1))).collect::<Vec<_>>())
+            .filter_map(|(whole, minor)| window.contains(&minor?.as_str().to_string()).then_some(whole?.as_str()))
+            .collect();
+        assert!(!named.is_empty(), "{doc} names no containerd release");
+        for name in named {
+            assert!(
+                recorded.contains_key(name),
+                "{doc} says proven on containerd {name}; docs/containerd-window.md has {releases:?}"
+            );
+        }
     }
 }
 
