@@ -108,12 +108,7 @@ mod tests {
     #[test]
     fn a_pass_is_counted_by_state_and_operation_from_the_nodes_state() {
         let metrics = AgentMetrics::default();
-        let entry = |address: &str| HostEntry {
-            address: address.into(),
-            endpoint: "http://10.0.0.1:5000".into(),
-            ca: None,
-            server: None,
-        };
+        let entry = |address: &str| HostEntry::plain(address, "http://10.0.0.1:5000");
         let plan = NodePlan { hosts: vec![entry("a:1"), entry("b:1"), entry("c:1")], ..NodePlan::default() };
         let report = Report {
             written: vec!["a:1".into()],

@@ -144,7 +144,7 @@ mod tests {
     use crate::node::HostEntry;
 
     fn entry(address: &str) -> HostEntry {
-        HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
+        HostEntry::plain(address, "http://10.96.0.12:5000")
     }
 
     const READS: Reading = Reading { check: ConfigPathCheck::Reads, config_file: None, config_path: None, said: None };

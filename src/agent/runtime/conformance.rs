@@ -53,6 +53,7 @@ impl Drop for Scratch {
     }
 }
 
+// Not `HostEntry::plain`, which exists in the crate's unit tests only: the real-node test runs this suite too.
 fn entry(address: &str, endpoint: &str) -> HostEntry {
     HostEntry { address: address.into(), endpoint: url(endpoint), ca: None, server: None }
 }

@@ -273,9 +273,7 @@ mod tests {
     }
 
     fn plan() -> NodePlan {
-        let entry =
-            HostEntry { address: "a:5000".into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None };
-        NodePlan { hosts: vec![entry], ..NodePlan::default() }
+        NodePlan { hosts: vec![HostEntry::plain("a:5000", "http://10.96.0.12:5000")], ..NodePlan::default() }
     }
 
     fn state(uid: &str, verdict: Verdict) -> NodeState {
@@ -452,7 +450,7 @@ mod tests {
     }
 
     fn entry(address: &str) -> HostEntry {
-        HostEntry { address: address.into(), endpoint: "http://10.96.0.12:5000".into(), ca: None, server: None }
+        HostEntry::plain(address, "http://10.96.0.12:5000")
     }
 
     fn found(addresses: &[(&str, Verdict, Option<&str>)]) -> NodeState {

@@ -117,6 +117,14 @@ impl TryFrom<String> for Endpoint {
     }
 }
 
+/// The entry unit tests start from: `address` fetched from `endpoint`, no CA, no fallback.
+#[cfg(test)]
+impl HostEntry {
+    pub(crate) fn plain(address: &str, endpoint: &str) -> Self {
+        Self { address: address.into(), endpoint: endpoint.into(), ca: None, server: None }
+    }
+}
+
 /// Test fixtures name endpoints as text: one that does not parse is a broken fixture.
 #[cfg(test)]
 impl From<&str> for Endpoint {

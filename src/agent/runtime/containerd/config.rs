@@ -356,10 +356,8 @@ mod tests {
     fn an_ipv6_host_is_not_written_for_containerd_before_2_0_and_is_told() {
         use crate::node::{HostEntry, NodePlan};
         let entry = |address: &str, endpoint: &str, server: Option<&str>| HostEntry {
-            address: address.into(),
-            endpoint: endpoint.into(),
-            ca: None,
             server: server.map(Endpoint::from),
+            ..HostEntry::plain(address, endpoint)
         };
         let plan = NodePlan::of(vec![
             entry("[fd00::12]:5000", "http://[fd00::12]:5000", None),

@@ -29,7 +29,7 @@ impl Drop for Scratch {
 }
 
 fn entry(address: &str, endpoint: &str) -> HostEntry {
-    HostEntry { address: address.into(), endpoint: endpoint.into(), ca: None, server: None }
+    HostEntry::plain(address, endpoint)
 }
 
 fn plan(entries: &[HostEntry]) -> NodePlan {
