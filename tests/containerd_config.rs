@@ -24,7 +24,8 @@ use local_registry_publisher::node::api::state::{NodePullState, Verdict};
 use serde_json::json;
 use testbed::ControlPlane;
 
-use support::agent::{ALL_WELL, SOMETHING_WRONG, SOON, own_image, push, values, wait_doctor, wait_file};
+use support::SOON_ON_A_NODE;
+use support::agent::{ALL_WELL, SOMETHING_WRONG, own_image, push, values, wait_doctor, wait_file};
 use support::{apply_in, cluster_ip, ok, wait_until};
 
 fn plane() -> &'static ControlPlane {
@@ -60,7 +61,7 @@ async fn pull(client: &Client, ns: &str, address: &str) -> Result<(), String> {
         "spec": {"containers": [{"name": "app", "image": image}]}});
     apply_in(client, ns, pod).await;
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let outcome = wait_until(SOON, || async {
+    let outcome = wait_until(SOON_ON_A_NODE, || async {
         if phase(client, ns, "pull").await == "Running" {
             return Some(Ok(()));
         }
@@ -134,7 +135,7 @@ async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_an
     support::agent::helm(plane, "install", "cfgunset", &ns, &values);
     let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
     let file = node.path_on_node(&format!("{default}/{address}/hosts.toml"));
-    let written = wait_until(SOON, || async { file.exists().then_some(()) }).await;
+    let written = wait_until(SOON_ON_A_NODE, || async { file.exists().then_some(()) }).await;
     assert!(written.is_some(), "the agent wrote nothing into the node's {default}");
 
     let pulled = pull(&client, &ns, &address).await;
@@ -149,13 +150,13 @@ async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_an
         assert!(!report.contains("ConfigPathMismatch"), "{report}");
     }
     support::agent::helm_uninstall(plane, "cfgunset", &ns);
-    let removed = wait_until(SOON, || async { (!file.exists()).then_some(()) }).await;
+    let removed = wait_until(SOON_ON_A_NODE, || async { (!file.exists()).then_some(()) }).await;
     assert!(removed.is_some(), "the node's {default}/{address} outlived the release");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
 async fn running(client: &Client, ns: &str, pod: &str) -> bool {
-    wait_until(SOON, || async { (phase(client, ns, pod).await == "Running").then_some(()) }).await.is_some()
+    wait_until(SOON_ON_A_NODE, || async { (phase(client, ns, pod).await == "Running").then_some(()) }).await.is_some()
 }
 
 /// A registry on the node's own IPv6 loopback (a host-network pod serving `[::1]:5555`), holding `image`.
@@ -205,7 +206,7 @@ async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_rea
         ["nodeAgent.mirrors[0].upstream=mirrored.ipv6.test", "nodeAgent.mirrors[0].endpoint=http://[::1]:5555"];
     support::agent::helm(plane, "install", "cfgipv6", &ns, &values(&ns, node, &mirror));
     let states = Api::<NodePullState>::namespaced(client.clone(), &ns);
-    let verdict = wait_until(SOON, || async {
+    let verdict = wait_until(SOON_ON_A_NODE, || async {
         let state = states.get_opt(node.name()).await.ok()??;
         let address = state.status?.addresses.into_iter().find(|a| a.address == "mirrored.ipv6.test")?;
         Some((address.verdict, address.message))
@@ -216,7 +217,7 @@ async fn an_ipv6_host_entry_is_pulled_through_from_2_0_and_on_1_7_is_neither_rea
 
     if release.starts_with("1.") {
         // 1.7 drops the file it cannot parse and resolves the name itself, which fails.
-        let failed = wait_until(SOON, || async {
+        let failed = wait_until(SOON_ON_A_NODE, || async {
             let pod = Api::<Pod>::namespaced(client.clone(), &ns).get_opt("by-hand").await.ok()??;
             let status = pod.status?.container_statuses?.into_iter().next()?;
             status.state?.waiting?.message.filter(|m| m.contains("by-hand.ipv6.test"))

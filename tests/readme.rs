@@ -10,15 +10,13 @@ mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
 use support::root;
 
 use serde_json::json;
-use support::{apply_in, ok, wait_until};
+use support::{SOON_ON_A_NODE, apply_in, ok, wait_until};
 use testbed::ControlPlane;
 use testbed::image::Image;
 
-const SOON: Duration = Duration::from_secs(90);
 const RELEASE: &str = "local-registry-publisher";
 
 fn plane() -> &'static ControlPlane {
@@ -128,7 +126,7 @@ fn publish_release(registry: &str) -> String {
 /// seconds after an install that does not wait); returns its output.
 async fn until_it_prints(what: &str, script: &str, expected: &[String], home: &Path) -> String {
     let started = std::time::Instant::now();
-    let found = wait_until(SOON, || async {
+    let found = wait_until(SOON_ON_A_NODE, || async {
         let output = shell(script, home);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         (output.status.success() && expected.iter().all(|line| stdout.contains(line.as_str()))).then_some(stdout)

@@ -26,12 +26,10 @@ use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};
 use serde_json::json;
 use support::agent::{ALL_WELL, SOMETHING_WRONG, registry_service};
 use support::binary::status_field;
-use support::{apply_in, cluster_host, cluster_ip, ok, wait_until};
+use support::{SOON_ON_A_NODE, apply_in, cluster_host, cluster_ip, ok, wait_until};
 use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
 
-/// Pulls, pod starts and kube-proxy rules take a moment on a shared 2-core machine; tests never assert on speed.
-const SOON: Duration = Duration::from_secs(90);
 const CONTROLLER_LABELS: &str = "app.kubernetes.io/name=local-registry-publisher";
 
 fn plane() -> &'static ControlPlane {
@@ -115,7 +113,7 @@ async fn wait_published(
     what: &str,
     check: impl Fn(&LocalRegistryHostingV1) -> bool,
 ) -> LocalRegistryHostingV1 {
-    let found = wait_until(SOON, || async { published(client, ns, name).await.filter(|d| check(d)) }).await;
+    let found = wait_until(SOON_ON_A_NODE, || async { published(client, ns, name).await.filter(|d| check(d)) }).await;
     match found {
         Some(document) => document,
         None => panic!("{what} was not published; now: {:?}", published(client, ns, name).await),
@@ -129,7 +127,7 @@ async fn pod_phase(client: &Client, ns: &str, name: &str) -> Option<String> {
 
 /// Waits until the pod reaches one of `phases`, failing with its status otherwise.
 async fn wait_phase(client: &Client, ns: &str, name: &str, phases: &[&str]) -> String {
-    let found = wait_until(SOON, || async {
+    let found = wait_until(SOON_ON_A_NODE, || async {
         pod_phase(client, ns, name).await.filter(|phase| phases.contains(&phase.as_str()))
     })
     .await;
@@ -451,7 +449,8 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
         (most, seen)
     });
     // The watch lists the current pod before anything changes.
-    let listed = tokio::time::timeout(SOON, reports.wait_for(|(listed, _, _)| *listed)).await.is_ok_and(|r| r.is_ok());
+    let listed =
+        tokio::time::timeout(SOON_ON_A_NODE, reports.wait_for(|(listed, _, _)| *listed)).await.is_ok_and(|r| r.is_ok());
     assert!(listed, "the pod watch listed the current pod");
     let original: BTreeSet<String> = reports.borrow().2.clone();
     let chart = root().join("charts/local-registry-publisher").display().to_string();
@@ -463,7 +462,7 @@ async fn helm_upgrade_of_a_single_replica_never_runs_two_controllers_at_once() {
     ok(upgraded.await.expect("helm upgrade"));
     // Until the watch itself has seen the old pod gone and exactly one new one live.
     let replaced = tokio::time::timeout(
-        SOON,
+        SOON_ON_A_NODE,
         reports.wait_for(|(_, live, _)| {
             live.len() == 1 && live.iter().all(|(pod, (alive, ready))| *alive && *ready && !original.contains(pod))
         }),
@@ -506,7 +505,7 @@ async fn with_withdraw_on_uninstall_off_the_configmap_outlives_helm_uninstall() 
     helm_uninstall("keep", &ns);
     // Without the hook nothing scales the controller down first: its pod goes with the garbage collector.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    let gone = wait_until(SOON, || async {
+    let gone = wait_until(SOON_ON_A_NODE, || async {
         let left = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.ok()?;
         left.items.is_empty().then_some(())
     })
@@ -521,7 +520,7 @@ async fn with_withdraw_on_uninstall_off_the_configmap_outlives_helm_uninstall() 
 /// The pull Secret in `ns`, once it holds `password`; crane reads it as `<dir>/config.json`.
 async fn wait_pull_secret(client: &Client, ns: &str, password: &str, dir: &Path) -> serde_json::Value {
     let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns);
-    let found = wait_until(SOON, || async {
+    let found = wait_until(SOON_ON_A_NODE, || async {
         let secret = secrets.get_opt("local-registry-pull").await.ok()??;
         let config = secret.data?.remove(".dockerconfigjson")?;
         let parsed: serde_json::Value = serde_json::from_slice(&config.0).ok()?;
@@ -546,7 +545,8 @@ async fn waiting(client: &Client, ns: &str, name: &str) -> Option<String> {
 /// Waits until the pod's container is waiting for a reason that contains `needle` (a pull the runtime refused),
 /// and returns it; fails with what it waits for otherwise.
 async fn wait_waiting(client: &Client, ns: &str, pod: &str, needle: &str) -> String {
-    let found = wait_until(SOON, || async { waiting(client, ns, pod).await.filter(|w| w.contains(needle)) }).await;
+    let found =
+        wait_until(SOON_ON_A_NODE, || async { waiting(client, ns, pod).await.filter(|w| w.contains(needle)) }).await;
     match found {
         Some(reason) => reason,
         None => panic!("pod {ns}/{pod} never waited with {needle:?}: {:?}", waiting(client, ns, pod).await),
@@ -646,7 +646,7 @@ impl AuthRegistry {
     /// Whether the Secret is in `app` and its default ServiceAccount names it, once that is so.
     async fn distributed(&self, wanted: bool) -> bool {
         let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.client.clone(), &self.app);
-        let found = wait_until(SOON, || async {
+        let found = wait_until(SOON_ON_A_NODE, || async {
             let there = secrets.get_opt("local-registry-pull").await.ok()?.is_some();
             let account = self.accounts().get("default").await.ok()?;
             let listed = account.image_pull_secrets.unwrap_or_default().iter().any(|r| r.name == "local-registry-pull");
@@ -740,7 +740,7 @@ async fn wait_hosts_toml(
     check: impl Fn(Option<&str>) -> bool,
 ) -> (Option<String>, Duration) {
     let started = std::time::Instant::now();
-    let found = wait_until(SOON, || async {
+    let found = wait_until(SOON_ON_A_NODE, || async {
         let text = hosts_toml(address);
         check(text.as_deref()).then_some(text)
     })
@@ -775,7 +775,7 @@ async fn wait_pod_metrics(client: &Client, ns: &str, component: &str, check: imp
         let output = node().command("curl").args(["-sf", "--max-time", "5", &url]).output().ok()?;
         Some(String::from_utf8_lossy(&output.stdout).into_owned())
     };
-    let found = wait_until(SOON, || async { scrape().await.filter(|text| check(text)) }).await;
+    let found = wait_until(SOON_ON_A_NODE, || async { scrape().await.filter(|text| check(text)) }).await;
     match found {
         Some(text) => text,
         None => panic!("the {component}'s metrics never said what was expected:\n{:?}", scrape().await),
@@ -924,7 +924,8 @@ async fn the_node_agents_file_follows_a_recreated_registry_and_an_emptied_direct
     // The registry moves: its Service recreated, with a new ClusterIP.
     support::delete_in(&pull.client, &pull.ns, "v1", "Service", "registry").await;
     let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(pull.client.clone(), &pull.ns);
-    let gone = wait_until(SOON, || async { matches!(services.get_opt("registry").await, Ok(None)).then_some(()) });
+    let gone =
+        wait_until(SOON_ON_A_NODE, || async { matches!(services.get_opt("registry").await, Ok(None)).then_some(()) });
     assert!(gone.await.is_some(), "the Service was not deleted");
     pull.publish(true).await;
     let moved = cluster_ip(&pull.client, &pull.ns, "registry").await;
@@ -1014,7 +1015,7 @@ async fn the_node_agent_turned_off_or_uninstalled_leaves_nothing_of_its_own_and_
 async fn wait_event_note(client: &Client, ns: &str, regarding: &str, reason: &str) -> String {
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns);
     let named = |e: &k8s_openapi::api::events::v1::Event| e.regarding.as_ref().and_then(|r| r.name.clone());
-    wait_until(SOON, || async {
+    wait_until(SOON_ON_A_NODE, || async {
         let listed = events.list(&Default::default()).await.ok()?;
         let told = listed.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason));
         let told = told.filter(|e| named(e).as_deref() == Some(regarding));
@@ -1084,7 +1085,8 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     })
     .await;
     push(true, &own_image("config-path"), &format!("{address}/configpath/app:1"), None);
-    let written = wait_until(SOON, || async { elsewhere.join(&address).join("hosts.toml").exists().then_some(()) });
+    let written =
+        wait_until(SOON_ON_A_NODE, || async { elsewhere.join(&address).join("hosts.toml").exists().then_some(()) });
     assert!(written.await.is_some(), "the agent wrote nothing into {}", elsewhere.display());
 
     // The file is there, but containerd never reads it: the pull fails with the runtime's own error, and the
@@ -1308,7 +1310,7 @@ async fn wait_controller_image(client: &Client, ns: &str, image: &str) {
     let selector = format!("{CONTROLLER_LABELS},app.kubernetes.io/component=controller");
     let (repository, _) = image.rsplit_once(':').expect("repository:tag");
     let pulled_from = format!("{repository}@sha256:");
-    let running = wait_until(SOON, || async {
+    let running = wait_until(SOON_ON_A_NODE, || async {
         let list = pods.list(&kube::api::ListParams::default().labels(&selector)).await.ok()?;
         let all_run_it = list.items.iter().all(|pod| {
             let spec_image = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.as_deref());
@@ -1402,7 +1404,8 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
         .await;
 
     helm_uninstall("published", &ns);
-    let left = wait_until(SOON, || async { release_objects("published").trim().is_empty().then_some(()) }).await;
+    let left =
+        wait_until(SOON_ON_A_NODE, || async { release_objects("published").trim().is_empty().then_some(()) }).await;
     assert!(left.is_some(), "objects remain after uninstall: {}", release_objects("published"));
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew the ConfigMap");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
@@ -1617,7 +1620,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     let mirrored = hosts_toml("docker.io");
     ok(tool("kubectl", &["scale", "deployment/registry", "-n", &ns, "--replicas=0"]));
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    let drained = wait_until(SOON, || async {
+    let drained = wait_until(SOON_ON_A_NODE, || async {
         pods.list(&ListParams::default().labels("app=registry")).await.ok()?.items.is_empty().then_some(())
     })
     .await;
@@ -1627,7 +1630,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     let failed = wait_waiting(&client, &ns, "fallback", &format!("{cache_ip}:5000")).await;
     println!("with the cache down, containerd says: {failed}");
     let log = plane.log_of("containerd");
-    let upstream_tried = wait_until(SOON, || async {
+    let upstream_tried = wait_until(SOON_ON_A_NODE, || async {
         let text = std::fs::read_to_string(&log).ok()?;
         text.lines().any(|l| l.contains("host=registry-1.docker.io") && l.contains("lrp-mirror")).then_some(())
     })
@@ -1696,7 +1699,7 @@ async fn with_its_cache_down_an_admins_mirror_falls_back_to_a_reachable_upstream
     wait_phase(&client, &ns, "fallback", &["Running"]).await;
     // Through the mirror's file: containerd tried the cache first for this image, then the upstream served it.
     let log = plane.log_of("containerd");
-    let cache_tried = wait_until(SOON, || async {
+    let cache_tried = wait_until(SOON_ON_A_NODE, || async {
         let text = std::fs::read_to_string(&log).ok()?;
         let first = format!("http://{cache}/v2/library/lrp-upstream/");
         text.lines().any(|l| l.contains("trying next host") && l.contains(&first)).then_some(())
@@ -1739,7 +1742,7 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     // An invalid annotation: the ConfigMap keeps its last good document, and the node keeps the file that makes it
     // pullable, so a pod naming the still-published address starts.
     clusterip_registry(&client, &ns, json!({"local-registry-publisher.io/host": "http://Reg.example:5000/"})).await;
-    let state = wait_until(SOON, || async { node_state(&client, &ns).await?.status }).await;
+    let state = wait_until(SOON_ON_A_NODE, || async { node_state(&client, &ns).await?.status }).await;
     let plan = state.expect("a NodePullState").plan;
     let told = wait_event_note(&client, &ns, "registry", "InvalidAnnotation").await;
     assert!(told.contains("local-registry-publisher.io/host"), "{told}");
@@ -1794,7 +1797,8 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     assert!(!summary.contains("Node pulls"), "{report}");
 
     // The state is structured: the address, its endpoint and verdict, the agent and the plan it applied.
-    let state = wait_until(SOON, || async { node_state(&client, &ns).await?.status }).await.expect("a NodePullState");
+    let state =
+        wait_until(SOON_ON_A_NODE, || async { node_state(&client, &ns).await?.status }).await.expect("a NodePullState");
     let addresses: Vec<(&str, &str, &str)> =
         state.addresses.iter().map(|a| (a.address.as_str(), a.endpoint.as_str(), a.verdict.as_str())).collect();
     assert_eq!(addresses, [(address.as_str(), format!("http://{address}").as_str(), "configured")]);
@@ -1849,7 +1853,7 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     let container_id = container.and_then(|c| c.container_id).expect("a running container");
     let pid = container_process(container_id.rsplit('/').next().unwrap_or_default()).to_string();
     ok(Command::new("kill").args(["-STOP", &pid]).output().expect("kill -STOP"));
-    let stale = wait_until(SOON, || async {
+    let stale = wait_until(SOON_ON_A_NODE, || async {
         let (code, report) = doctor_status(&ns);
         let stale = report.contains("is not ready, so what it last wrote may be stale");
         (stale && code == Some(SOMETHING_WRONG)).then_some(report)
@@ -1863,7 +1867,7 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     helm_uninstall("nodestate", &ns);
     wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
     // The state goes with the agents' DaemonSet, which owns it.
-    let gone = wait_until(SOON, || async { node_state(&client, &ns).await.is_none().then_some(()) }).await;
+    let gone = wait_until(SOON_ON_A_NODE, || async { node_state(&client, &ns).await.is_none().then_some(()) }).await;
     assert!(gone.is_some(), "the NodePullState outlived the release");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

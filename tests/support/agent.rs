@@ -9,10 +9,8 @@ use kube::Client;
 use serde_json::json;
 use testbed::{ControlPlane, RealNode};
 
-use super::{apply_in, ok, root, wait_until};
+use super::{SOON_ON_A_NODE, apply_in, ok, root, wait_until};
 
-/// Pod starts and agent passes take a moment on a shared 2-core machine; tests never assert on speed.
-pub const SOON: Duration = Duration::from_secs(90);
 pub const REGISTRY_LABEL: &str = "testbed.local/isolated-registry";
 pub const AGENT_PODS: &str = "app.kubernetes.io/component=node-agent";
 
@@ -88,7 +86,8 @@ pub fn hosts_toml(node: &RealNode, address: &str) -> Option<String> {
 
 /// Waits until `node`'s file for `address` is there (`present`) or gone.
 pub async fn wait_file(node: &RealNode, address: &str, present: bool, what: &str) {
-    let done = wait_until(SOON, || async { (hosts_toml(node, address).is_some() == present).then_some(()) }).await;
+    let done =
+        wait_until(SOON_ON_A_NODE, || async { (hosts_toml(node, address).is_some() == present).then_some(()) }).await;
     assert!(done.is_some(), "{what}: {}'s {address}/hosts.toml is still {:?}", node.name(), hosts_toml(node, address));
 }
 
@@ -106,7 +105,7 @@ pub fn doctor(plane: &ControlPlane, ns: &str) -> (Option<i32>, String) {
 /// `doctor` on the release in `ns`, run until its report satisfies `check` and it exits with `status`: a test
 /// that reads a verdict asserts the exit status scripts act on too.
 pub async fn wait_doctor(plane: &ControlPlane, ns: &str, status: i32, check: impl Fn(&str) -> bool) -> String {
-    let found = wait_until(SOON, || async {
+    let found = wait_until(SOON_ON_A_NODE, || async {
         let (code, report) = doctor(plane, ns);
         (code == Some(status) && check(&report)).then_some(report)
     })

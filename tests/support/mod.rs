@@ -28,6 +28,9 @@ pub use testbed::wait_until;
 pub const TARGET: &str = "local-registry-hosting";
 /// Long enough for anything the control plane does under load; tests never assert on speed.
 pub const SOON: Duration = Duration::from_secs(30);
+/// Pulls, pod starts, kube-proxy rules and agent passes on a real node take longer than the control plane's own work
+/// on a shared 2-core machine; tests never assert on speed.
+pub const SOON_ON_A_NODE: Duration = Duration::from_secs(90);
 
 pub struct Running {
     stop: Option<oneshot::Sender<()>>,
