@@ -11,9 +11,6 @@ pub use crate::settings::NodeAddress;
 use crate::settings::Settings;
 use crate::watching::{is_dns_label, is_dns_name, is_object_name};
 
-/// The default registry selector, as the flag shows it.
-pub const DEFAULT_SELECTOR: &str = "local-registry-publisher.io/registry=true";
-
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "local-registry-publisher",
@@ -213,7 +210,7 @@ pub struct PublishArgs {
 pub struct SourceArgs {
     /// Label selector for registry Services, and for Deployments, StatefulSets and DaemonSets whose pods a
     /// registry Service selects.
-    #[arg(long, env = "LRP_REGISTRY_SELECTOR", default_value = DEFAULT_SELECTOR, value_parser = parse_label_selector)]
+    #[arg(long, env = "LRP_REGISTRY_SELECTOR", default_value_t = crate::settings::default_selector(), value_parser = parse_label_selector)]
     pub registry_selector: Selector,
 
     /// Do not recognise minikube's registry addon (kube-system/registry) or MicroK8s's
@@ -666,7 +663,7 @@ mod tests {
         let settings = parse(&[]).unwrap().publish.settings();
         assert_eq!(settings, Settings::default());
         assert_eq!(settings.target(), "kube-public/local-registry-hosting");
-        assert_eq!(settings.registry_selector.to_string(), DEFAULT_SELECTOR);
+        assert_eq!(settings.registry_selector.to_string(), "local-registry-publisher.io/registry=true");
         assert_eq!(settings.grace_period, Duration::from_secs(15));
         assert!(settings.all_namespaces() && !settings.take_over && settings.builtin_registries);
     }
@@ -841,6 +838,7 @@ mod tests {
         }
         let parsed = parse_label_selector("app.kubernetes.io/name in (registry,zot),tier!=test,!legacy").unwrap();
         assert_eq!(parsed.to_string(), "app.kubernetes.io/name in (registry,zot),tier!=test,!legacy");
-        assert_eq!(parse_label_selector(DEFAULT_SELECTOR), Ok(crate::settings::default_selector()));
+        let default = crate::settings::default_selector();
+        assert_eq!(parse_label_selector(&default.to_string()), Ok(default));
     }
 }

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::values::SERVICE_NAME_LABEL;
 use super::{Cluster, ServiceId};
+use crate::keys::kubernetes::SERVICE_NAME;
 
 /// A snapshot, with its slices and pods indexed.
 pub(super) struct Index<'a> {
@@ -27,7 +27,7 @@ impl<'a> Index<'a> {
         for slice in cluster.labelled_slices.iter().chain(&cluster.endpoint_slices) {
             let meta = &slice.metadata;
             let (namespace, name) = (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref());
-            let service = meta.labels.as_ref().and_then(|labels| labels.get(SERVICE_NAME_LABEL));
+            let service = meta.labels.as_ref().and_then(|labels| labels.get(SERVICE_NAME));
             if let Some(service) = service
                 && seen.insert((namespace, name))
             {

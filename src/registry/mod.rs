@@ -418,7 +418,7 @@ fn shared_slice_watches(services: &BTreeSet<ServiceId>) -> BTreeSet<WatchKey> {
     names
         .into_iter()
         .map(|(namespace, names)| {
-            let selector: Selector = one_of(values::SERVICE_NAME_LABEL, names).into();
+            let selector: Selector = one_of(crate::keys::kubernetes::SERVICE_NAME, names).into();
             WatchKey::in_namespace(namespace).labels(selector)
         })
         .collect()

@@ -14,8 +14,6 @@ use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
 use crate::keys::service as annotations;
 use crate::settings::{NodeAddress, Settings};
 
-pub(super) const SERVICE_NAME_LABEL: &str = crate::keys::kubernetes::SERVICE_NAME;
-
 pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, settings: &Settings) -> Registry {
     let id = service_id(service);
     let (priority, priority_problem) = match service.annotations().get(annotations::PRIORITY) {
