@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::{Context, Error, Handoff};
-use crate::backoff::{self, Backoff};
+use crate::backoff::RetryClock;
 use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Task};
 use crate::hosting::configmap::Stored;
@@ -120,8 +120,10 @@ impl Publisher {
         futures::pin_mut!(shutdown);
         let health = self.context.health.clone();
         health.start(Task::Publisher);
-        let mut wake_at: Option<(Instant, Trigger)> = None;
-        let mut retry = backoff::exponential(backoff::WRITE_CAP);
+        // When to look again though nothing changed (a grace period, a conflict hold), and when a failed pass runs
+        // again: the same retry clock as the other tasks'.
+        let mut recheck_at: Option<Instant> = None;
+        let mut retry = RetryClock::for_writes();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         // Only passes (and the watch changes they follow) free memory; an idle controller does not trim.
         let mut freed_since_trim = false;
@@ -130,14 +132,18 @@ impl Publisher {
         let _ = settle(&mut self.watches, &self.signals, |c| registry::interest(c, settings));
         loop {
             let far = Instant::now() + Duration::from_secs(3600);
-            let timer = tokio::time::sleep_until(wake_at.map_or(far, |(at, _)| at));
+            let recheck = tokio::time::sleep_until(recheck_at.unwrap_or(far));
             let trigger = tokio::select! {
                 () = &mut shutdown => break,
                 () = self.signals.changed.notified() => {
                     absorb_burst(&self.signals.changed, self.last_write).await;
                     Trigger::Change
                 }
-                () = timer, if wake_at.is_some() => wake_at.take().map_or(Trigger::Recheck, |(_, why)| why),
+                () = recheck, if recheck_at.is_some() => {
+                    recheck_at = None;
+                    Trigger::Recheck
+                }
+                () = retry.due() => Trigger::Retry,
                 Ok(()) = self.context.leading.changed() => Trigger::Leadership,
                 _ = heartbeat.tick() => {
                     health.beat(Task::Publisher, self.watches.alive());
@@ -148,6 +154,8 @@ impl Publisher {
                     continue;
                 }
             };
+            // Whatever armed it, the retry is this pass, or the one the watches wake when they have listed.
+            retry.disarm();
             freed_since_trim = true;
             let settings = &self.settings;
             let settled = settle(&mut self.watches, &self.signals, |c| registry::interest(c, settings));
@@ -163,16 +171,16 @@ impl Publisher {
             let span = info_span!("reconcile", controller = CONTROLLER, trigger = trigger.label());
             let outcome = self.reconcile(&cluster).instrument(span).await;
             self.context.metrics.reconciled(CONTROLLER, outcome.is_ok(), started.elapsed());
-            wake_at = match outcome {
+            recheck_at = match outcome {
                 Ok(recheck) => {
-                    retry.reset();
-                    recheck.map(|after| (Instant::now() + after, Trigger::Recheck))
+                    retry.succeeded();
+                    recheck.map(|after| Instant::now() + after)
                 }
                 Err(error) => {
-                    let after = retry.next().unwrap_or(backoff::WRITE_CAP);
+                    let after = retry.failed();
                     self.context.metrics.reconcile_failed(CONTROLLER, error.metric_label());
                     error!(%error, reason = error.metric_label(), retry_in = ?after, "reconcile failed");
-                    Some((Instant::now() + after, Trigger::Retry))
+                    None
                 }
             };
         }
