@@ -25,7 +25,7 @@ files_of() {
     agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
     cli) echo "src/cli/nodes/verdict.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
-    shell) echo "src/escape.rs src/health.rs src/config.rs src/cli/mod.rs src/events.rs src/agent/mod.rs src/metrics_auth.rs" ;;
+    shell) echo "src/escape.rs src/health.rs src/selector.rs src/config/mod.rs src/cli/mod.rs src/events.rs src/agent/mod.rs src/metrics_auth.rs" ;;
     *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli, shell)" >&2; return 2 ;;
   esac
 }
@@ -35,7 +35,7 @@ files_of() {
 functions_of() {
   case $1 in
     shell)
-      echo "src/config.rs|parse_[a-z_]+|split_requirements|expression|label_key|label_value|check_label_key|check_label_value|is_label_name"
+      echo "src/config/mod.rs|parse_[a-z_]+"
       echo "src/cli/mod.rs|published_status|invoked_as_plugin"
       echo "src/events.rs|same|digest|posting_order|event|Keyed::of|Tell::occurrence|Latest<N>::put"
       echo "src/agent/mod.rs|sync|News::of|read_plan|moved|Following::on|Following::read"

@@ -47,6 +47,7 @@ pub mod pod;
 pub mod publish;
 pub mod pull;
 pub mod registry;
+pub mod selector;
 pub mod settings;
 pub mod watch;
 pub mod watching;

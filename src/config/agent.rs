@@ -1,0 +1,61 @@
+//! The node agent's flags.
+
+use super::*;
+
+/// The container runtimes the node agent can configure (`--runtime`): each one implementation of
+/// `agent::runtime::NodeRuntime` that passes its conformance suite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// containerd: a hosts.toml per planned address under its registry config_path.
+    #[default]
+    Containerd,
+}
+
+/// What the node agent reads and writes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodeAgentArgs {
+    /// The ConfigMap holding the node plan, in POD_NAMESPACE: the controller's --node-plan-configmap.
+    #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub node_plan_configmap: String,
+
+    /// The node's container runtime, whose configuration the agent writes.
+    #[arg(long, env = "LRP_NODE_RUNTIME", value_enum, default_value_t = RuntimeKind::Containerd)]
+    pub runtime: RuntimeKind,
+
+    /// containerd's hosts directory (its registry config_path) as mounted into the agent: one hosts.toml per
+    /// planned address is written under it, and only files this agent wrote are ever changed or removed.
+    #[arg(long, env = "LRP_HOSTS_DIR", value_name = "PATH")]
+    pub hosts_dir: std::path::PathBuf,
+
+    /// The DaemonSet running the agent, in POD_NAMESPACE: an agent that stops while it still exists (a rolling
+    /// update, a drain) leaves its files for the next one; once it is gone the agent removes them.
+    #[arg(long, env = "LRP_NODE_AGENT_DAEMONSET", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub daemonset: Option<String>,
+
+    /// How often the hosts directory is checked again even when the plan has not changed (a directory emptied by
+    /// hand is written again).
+    #[arg(long, env = "LRP_NODE_AGENT_RESYNC", default_value = "10s", value_parser = parse_duration)]
+    pub resync: Duration,
+
+    /// containerd's config file, at its path on the node (mount its directory there, read-only): the agent checks
+    /// that its registry config_path names --node-config-path, and tells (Event ConfigPathMismatch, metric,
+    /// doctor) when containerd reads another directory, where the agent's files would go unread.
+    #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "node_config_path")]
+    pub containerd_config: Option<std::path::PathBuf>,
+
+    /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name, and what an
+    /// agent compares with its DaemonSet's as it stops (when the DaemonSet now mounts another directory, the agent
+    /// removes its files from this one).
+    #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH")]
+    pub node_config_path: Option<String>,
+
+    /// The node this agent runs on (the chart passes spec.nodeName): its state is kept in the NodePullState of that
+    /// name in POD_NAMESPACE, which doctor reads. Without it no state is written.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    pub node_name: Option<String>,
+
+    /// Address serving /healthz (liveness), /readyz (ready once the plan was read) and /metrics (Prometheus: what
+    /// this node's hosts directory holds of the plan).
+    #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_address: std::net::SocketAddr,
+}
