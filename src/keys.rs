@@ -67,6 +67,12 @@ pub mod chart {
     pub const NODE_AGENT: &str = "node-agent";
     /// The component of `doctor --from-cluster`'s probe pod.
     pub const DOCTOR: &str = "registry-doctor";
+    /// The flag (without its dashes) that names the node plan, to the controller and to each agent: `doctor` tells
+    /// the agents' DaemonSet by it among the release's.
+    pub const NODE_PLAN_FLAG: &str = "node-plan-configmap";
+    /// The agents' DaemonSet's volume that mounts containerd's hosts directory: an agent tells from it where its
+    /// DaemonSet's next pods write.
+    pub const HOSTS_VOLUME: &str = "hosts";
 }
 
 /// Keys distributions set on their nodes, which tell what a cluster is.

@@ -114,6 +114,26 @@ fn controller_args(rendered: &str) -> Vec<String> {
     serde_json::from_value(deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone()).expect("args")
 }
 
+/// doctor finds the agents' DaemonSet by the node plan flag its pods pass, and an agent reads where its DaemonSet's
+/// next pods write from the hosts volume: the names the code uses (`keys::chart`) are the chart's, and the controller
+/// and the agents name the same plan.
+#[test]
+fn the_names_doctor_and_the_agent_read_the_node_agents_daemonset_by_are_the_charts() {
+    use local_registry_publisher::keys::chart::{HOSTS_VOLUME, NODE_PLAN_FLAG};
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true"]));
+    let flag = format!("--{NODE_PLAN_FLAG}=");
+    let plan_of = |args: Vec<String>| args.iter().find_map(|arg| arg.strip_prefix(&flag).map(str::to_string));
+    let controller_plan = plan_of(controller_args(&rendered)).expect("the controller keeps a node plan");
+    let daemonset = &rendered_objects(&rendered, "DaemonSet")[0];
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let args: Vec<String> = serde_json::from_value(pod["containers"][0]["args"].clone()).expect("the agent's args");
+    assert_eq!(plan_of(args), Some(controller_plan), "the agents follow the controller's plan");
+    let volume = pod["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == HOSTS_VOLUME);
+    assert!(volume.is_some_and(|v| v["hostPath"]["path"].is_string()), "a hostPath volume {HOSTS_VOLUME}: {pod}");
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().into_iter().flatten();
+    assert!(mounts.clone().any(|m| m["name"] == HOSTS_VOLUME), "the agent mounts {HOSTS_VOLUME}: {pod}");
+}
+
 #[test]
 fn the_uninstall_hook_stops_the_controller_first_and_is_scheduled_like_it() {
     let scheduling = [

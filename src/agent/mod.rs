@@ -375,13 +375,10 @@ async fn uncovered(client: &Client, daemonset: &DaemonSet, settings: &AgentSetti
     }
 }
 
-/// The volume of the chart's DaemonSet that mounts containerd's hosts directory.
-const HOSTS_VOLUME: &str = "hosts";
-
 /// Why the files in `mine` (the hosts directory as the node sees it) go: `daemonset`'s pods mount another one.
 fn moved(daemonset: &DaemonSet, mine: &str) -> Option<String> {
     let volumes = daemonset.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref()?;
-    let next = volumes.iter().find(|v| v.name == HOSTS_VOLUME)?.host_path.as_ref()?.path.as_str();
+    let next = volumes.iter().find(|v| v.name == crate::keys::chart::HOSTS_VOLUME)?.host_path.as_ref()?.path.as_str();
     (next.trim_end_matches('/') != mine.trim_end_matches('/'))
         .then(|| format!("the agent's DaemonSet now writes into {next} (nodeAgent.configPath changed from {mine})"))
 }
@@ -394,7 +391,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "spec": {"selector": {}, "template": {"spec": {"containers": [], "volumes": [
                 {"name": "containerd-config", "hostPath": {"path": "/etc/containerd"}},
-                {"name": HOSTS_VOLUME, "hostPath": {"path": hosts}},
+                {"name": crate::keys::chart::HOSTS_VOLUME, "hostPath": {"path": hosts}},
             ]}}}
         }))
         .expect("a DaemonSet")

@@ -15,7 +15,7 @@ pub enum RuntimeKind {
 #[derive(Clone, Debug, clap::Args)]
 pub struct NodeAgentArgs {
     /// The ConfigMap holding the node plan, in POD_NAMESPACE: the controller's --node-plan-configmap.
-    #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    #[arg(long = crate::keys::chart::NODE_PLAN_FLAG, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
     pub node_plan_configmap: String,
 
     /// The node's container runtime, whose configuration the agent writes.

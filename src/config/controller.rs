@@ -124,7 +124,7 @@ pub struct NodePlanArgs {
     /// Keep the node plan (what each node's container runtime needs to pull every published address) in this
     /// ConfigMap of the controller's namespace (POD_NAMESPACE), for the node agents the chart's nodeAgent.enabled
     /// runs (see docs/node-pulls.md). Off by default.
-    #[arg(long, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
+    #[arg(long = crate::keys::chart::NODE_PLAN_FLAG, env = "LRP_NODE_PLAN_CONFIGMAP", value_name = "NAME", value_parser = parse_dns_subdomain)]
     pub node_plan_configmap: Option<String>,
 
     /// Published addresses the nodes may be redirected for besides each registry's own (its ClusterIP, cluster DNS

@@ -185,7 +185,7 @@ async fn agents_daemonset(client: &Client, agents: &NodePlanTarget) -> Option<Da
     let selector = format!("{}={}", keys::chart::COMPONENT, keys::chart::NODE_AGENT);
     let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &agents.namespace);
     let listed = daemonsets.list(&ListParams::default().labels(&selector)).await.ok()?;
-    let wanted = format!("--node-plan-configmap={}", agents.name);
+    let wanted = format!("--{}={}", keys::chart::NODE_PLAN_FLAG, agents.name);
     listed.items.into_iter().find(|daemonset| {
         let containers = daemonset.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| &s.containers);
         containers.into_iter().flatten().any(|c| c.args.iter().flatten().any(|arg| *arg == wanted))
