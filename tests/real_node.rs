@@ -56,10 +56,8 @@ fn tool(name: &str, args: &[&str]) -> Output {
 }
 
 fn helm_install(release: &str, ns: &str, values: &[&str]) {
-    let chart = root().join("charts/local-registry-publisher").display().to_string();
-    let mut args = vec!["install", release, &chart, "-n", ns, "--create-namespace", "--wait", "--timeout", "180s"];
-    args.extend(values.iter().flat_map(|v| ["--set", v]));
-    ok(tool("helm", &args));
+    let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    support::agent::helm(plane(), "install", release, ns, &values);
 }
 
 fn helm_uninstall(release: &str, ns: &str) {
@@ -68,10 +66,7 @@ fn helm_uninstall(release: &str, ns: &str) {
 
 /// `helm upgrade` of `release` in `ns` to the working tree's chart with `values`, waiting for it.
 fn helm_upgrade(release: &str, ns: &str, values: &[String]) {
-    let chart = root().join("charts/local-registry-publisher").display().to_string();
-    let mut args = vec!["upgrade", release, &chart, "-n", ns, "--wait", "--timeout", "180s"];
-    args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
-    ok(tool("helm", &args));
+    support::agent::helm(plane(), "upgrade", release, ns, values);
 }
 
 /// The values of a release in `ns` that publishes its own ConfigMap for the registries labelled for `ns` only,
@@ -730,7 +725,7 @@ async fn helm_uninstall_removes_the_distributed_pull_secret_and_its_service_acco
 
 /// The `hosts.toml` the node agent keeps for `address` on the real node, if any.
 fn hosts_toml(address: &str) -> Option<String> {
-    std::fs::read_to_string(node().hosts_dir().join(address).join("hosts.toml")).ok()
+    support::agent::hosts_toml(node(), address)
 }
 
 /// Waits until the node's file for `address` satisfies `check`; returns it and how long that took.

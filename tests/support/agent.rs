@@ -14,9 +14,14 @@ use super::{SOON_ON_A_NODE, apply_in, ok, root, wait_until};
 pub const REGISTRY_LABEL: &str = "testbed.local/isolated-registry";
 pub const AGENT_PODS: &str = "app.kubernetes.io/component=node-agent";
 
+/// `helm install` or `helm upgrade` of the working tree's chart as `release` in `ns` with `values`, waiting for it
+/// (an install creates the namespace when it is missing).
 pub fn helm(plane: &ControlPlane, verb: &str, release: &str, ns: &str, values: &[String]) {
     let chart = root().join("charts/local-registry-publisher").display().to_string();
     let mut args = vec![verb, release, &chart, "-n", ns, "--wait", "--timeout", "180s"];
+    if verb == "install" {
+        args.push("--create-namespace");
+    }
     args.extend(values.iter().flat_map(|v| ["--set", v.as_str()]));
     ok(super::tool(plane, "helm", &args));
 }
