@@ -497,11 +497,7 @@ async fn probe_from_pod(client: &Client, from: &FromCluster, address: &str) -> b
 fn waiting(pod: &Pod) -> Option<String> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     let waiting = statuses.first()?.state.as_ref()?.waiting.as_ref()?;
-    let reason = waiting.reason.as_deref().unwrap_or("Waiting");
-    Some(match waiting.message.as_deref() {
-        Some(message) if !message.is_empty() => format!("{reason}: {message}"),
-        _ => reason.to_string(),
-    })
+    Some(super::nodes::verdict::waiting_words(waiting))
 }
 
 /// The waiting reason when it is one that waiting longer does not cure.

@@ -2,7 +2,7 @@
 //! `hosts.toml` (see [`crate::node`]), as the node agent on that node last found it (its NodePullState), and why
 //! not when it cannot; [`verdict`] decides each node's line.
 
-mod verdict;
+pub(crate) mod verdict;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};

@@ -3,7 +3,7 @@
 //! containerd node can fail the report; the others are told with why.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, Node, Pod, PodSpec};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 
@@ -155,6 +155,15 @@ fn ready(pod: &Pod) -> bool {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// Why a container waits, as the kubelet says it: "reason: message", or the reason alone.
+pub(crate) fn waiting_words(waiting: &ContainerStateWaiting) -> String {
+    let reason = waiting.reason.as_deref().unwrap_or("Waiting");
+    match waiting.message.as_deref() {
+        Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+        _ => reason.to_string(),
+    }
+}
+
 /// Why a pod is not running or not ready, in the kubelet's and the scheduler's words: a waiting container's reason,
 /// an unschedulable pod's condition, and the newest Warning Event about the pod (a failed mount is told only there).
 fn trouble(pod: &Pod, events: &[Event]) -> Option<String> {
@@ -162,11 +171,7 @@ fn trouble(pod: &Pod, events: &[Event]) -> Option<String> {
     let status = pod.status.as_ref();
     let containers = status.into_iter().flat_map(|s| s.init_container_statuses.iter().chain(&s.container_statuses));
     for waiting in containers.flatten().filter_map(|c| c.state.as_ref()?.waiting.as_ref()) {
-        let reason = waiting.reason.as_deref().unwrap_or("waiting");
-        said.push(match waiting.message.as_deref() {
-            Some(message) => format!("{reason}: {message}"),
-            None => reason.to_string(),
-        });
+        said.push(waiting_words(waiting));
     }
     let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
     if let Some(unscheduled) = conditions.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False") {
@@ -360,6 +365,17 @@ mod tests {
         );
         let preferred = node("p1", "containerd://2.4.2", &[], &[("anything", "PreferNoSchedule")]);
         assert!(matches!(line(&preferred, &only_exists_for_one_key, None, None, &[]), Line::Wrong(_)));
+    }
+
+    #[test]
+    fn a_waiting_container_is_worded_as_the_kubelet_says_it() {
+        let words = |reason: Option<&str>, message: Option<&str>| {
+            waiting_words(&ContainerStateWaiting { reason: reason.map(Into::into), message: message.map(Into::into) })
+        };
+        assert_eq!(words(Some("ErrImagePull"), Some("not found")), "ErrImagePull: not found");
+        assert_eq!(words(Some("ContainerCreating"), None), "ContainerCreating");
+        assert_eq!(words(Some("ContainerCreating"), Some("")), "ContainerCreating");
+        assert_eq!(words(None, None), "Waiting");
     }
 
     #[test]
