@@ -573,23 +573,12 @@ fn make_install_puts_the_cli_and_its_kubectl_plugin_name_on_a_prefix() {
     let temp = TempDir::new("install");
     let prefix = temp.0.join("prefix");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // cargo gives a test its package's variables (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...); handed down to the cargo
-    // `make install` runs, they change build scripts' fingerprints (ring's reruns on CARGO_MANIFEST_DIR), and the
-    // release build `make image` left would start over: minutes of CI for nothing.
-    let cargo_test_vars = std::env::vars_os().filter_map(|(name, _)| {
-        let text = name.to_str()?;
-        let given = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_", "CARGO_PRIMARY_PACKAGE"]
-            .iter()
-            .any(|prefix| text.starts_with(prefix))
-            || ["CARGO_TARGET_TMPDIR", "CARGO_RUSTC_CURRENT_DIR"].contains(&text);
-        given.then_some(name)
-    });
     let mut make = Command::new("make");
     make.args(["-C", &root.display().to_string(), "install", &format!("PREFIX={}", prefix.display())]);
-    for name in cargo_test_vars {
-        make.env_remove(name);
-    }
-    let install = make.env("PATH", std::env::var("PATH").unwrap_or_default()).output().expect("run make install");
+    let install = support::as_a_user(&mut make)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .expect("run make install");
     let said = String::from_utf8_lossy(&install.stdout);
     assert!(install.status.success(), "{said}{}", String::from_utf8_lossy(&install.stderr));
     assert!(said.contains(&format!("add {}/bin to PATH", prefix.display())), "says PATH lacks it: {said}");

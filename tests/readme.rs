@@ -79,6 +79,7 @@ fn shell_in(mut bash: Command, script: &str, home: &Path) -> Output {
         plane.tools().display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let bash = support::as_a_user(&mut bash);
     let bash = bash.args(["-euo", "pipefail", "-c", script]).current_dir(root()).env("PATH", path).env("HOME", home);
     support::against(plane, bash).output().expect("run bash")
 }

@@ -456,6 +456,24 @@ pub fn tool(plane: &ControlPlane, name: &str, args: &[&str]) -> std::process::Ou
 }
 
 /// `command` pointed at `plane`: its kubeconfig, and helm's directories (registry logins, caches) inside it.
+/// `command` without the variables cargo gives a test (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...), as a user's shell runs
+/// it: handed down to a cargo that the command runs (`make install`), they change build scripts' fingerprints (ring's
+/// reruns on CARGO_MANIFEST_DIR) and the release build `make image` left starts over, minutes of CI for nothing.
+pub fn as_a_user(command: &mut std::process::Command) -> &mut std::process::Command {
+    let given = |name: &str| {
+        ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_", "CARGO_PRIMARY_PACKAGE"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+            || ["CARGO_TARGET_TMPDIR", "CARGO_RUSTC_CURRENT_DIR"].contains(&name)
+    };
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(given) {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 pub fn against<'a>(plane: &ControlPlane, command: &'a mut std::process::Command) -> &'a mut std::process::Command {
     command
         .env("KUBECONFIG", plane.kubeconfig())
