@@ -1514,14 +1514,21 @@ fn tls_registry_deployment(name: &str, secret: &str) -> serde_json::Value {
                 "volumes": [{"name": "tls", "secret": {"secretName": secret}}]}}}})
 }
 
+/// The values that make the Service `service` (port 5000) of `ns` the nodes' mirror of `upstream`, as the chart's
+/// `index`th mirror.
+fn mirror_values(index: usize, upstream: &str, ns: &str, service: &str) -> Vec<String> {
+    let key = format!("nodeAgent.mirrors[{index}]");
+    vec![
+        format!("{key}.upstream={upstream}"),
+        format!("{key}.service.namespace={ns}"),
+        format!("{key}.service.name={service}"),
+        format!("{key}.service.port=5000"),
+    ]
+}
+
 /// The values that make the Service `cache` (port 5000) of `ns` the node's mirror of docker.io.
 fn docker_hub_mirror(ns: &str) -> Vec<String> {
-    vec![
-        "nodeAgent.mirrors[0].upstream=docker.io".into(),
-        format!("nodeAgent.mirrors[0].service.namespace={ns}"),
-        "nodeAgent.mirrors[0].service.name=cache".into(),
-        "nodeAgent.mirrors[0].service.port=5000".into(),
-    ]
+    mirror_values(0, "docker.io", ns, "cache")
 }
 
 #[tokio::test]
@@ -1555,12 +1562,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     let values = |extra: &[String]| tenant_release_values(&ns, &tenant_ns, extra);
     // Besides it, a mirror of ghcr.io whose Service does not exist: told, and no file.
     let mut mirrors = docker_hub_mirror(&ns);
-    mirrors.extend([
-        "nodeAgent.mirrors[1].upstream=ghcr.io".into(),
-        format!("nodeAgent.mirrors[1].service.namespace={ns}"),
-        "nodeAgent.mirrors[1].service.name=absent".into(),
-        "nodeAgent.mirrors[1].service.port=5000".into(),
-    ]);
+    mirrors.extend(mirror_values(1, "ghcr.io", &ns, "absent"));
     helm_install("mirror", &ns, &values(&mirrors).iter().map(String::as_str).collect::<Vec<_>>());
     let tenant_own = format!("{}:5000", cluster_ip(&client, &tenant_ns, "registry").await);
     wait_hosts_toml(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
@@ -1676,13 +1678,8 @@ async fn with_its_cache_down_an_admins_mirror_falls_back_to_a_reachable_upstream
     let image = format!("{upstream}/library/lrp-upstream:1");
     push(true, &own_image("fallback"), &image, None);
 
-    let mirror = [
-        format!("nodeAgent.mirrors[0].upstream={upstream}"),
-        format!("nodeAgent.mirrors[0].service.namespace={ns}"),
-        "nodeAgent.mirrors[0].service.name=cache".into(),
-        "nodeAgent.mirrors[0].service.port=5000".into(),
-    ];
-    let values = isolated_release_values(&ns, &[agent_on(), mirror.to_vec()].concat());
+    let mirror = mirror_values(0, &upstream, &ns, "cache");
+    let values = isolated_release_values(&ns, &[agent_on(), mirror].concat());
     helm_install("fallback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let (text, _) = wait_hosts_toml(&upstream, "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
     let text = text.unwrap_or_default();
