@@ -47,7 +47,7 @@ async fn main() {
             "node-agent".into(),
             kubeconfig,
             format!("--node-plan-configmap={PLAN}"),
-            format!("--hosts-dir={}", hosts.display()),
+            format!("--config-path-mount={}", hosts.display()),
             "--http-address=127.0.0.1:0".into(),
         ],
     );

@@ -85,7 +85,7 @@ async fn run(plane: &ControlPlane, client: &kube::Client, ns: &str, count: usize
                 "node-agent".into(),
                 kubeconfig.clone(),
                 format!("--node-plan-configmap={PLAN}"),
-                format!("--hosts-dir={}", dir.display()),
+                format!("--config-path-mount={}", dir.display()),
                 format!("--node-name=bench-{count}-{i}"),
                 "--http-address=127.0.0.1:0".into(),
                 "--resync=60s".into(),

@@ -177,10 +177,10 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         namespace: pod::namespace(),
         configmap: agent.node_plan_configmap.clone(),
         runtime: agent.runtime,
-        hosts_dir: agent.hosts_dir.clone(),
+        config_path_mount: agent.config_path_mount.clone(),
         daemonset: agent.daemonset.clone(),
         node_name: agent.node_name.clone(),
-        hosts_on_node: agent.node_config_path.clone(),
+        config_path: agent.config_path.clone(),
         resync: agent.resync,
         containerd_config: agent.containerd_config.clone(),
     };

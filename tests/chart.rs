@@ -379,7 +379,7 @@ fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
         let (config_dir, _) = config.rsplit_once('/').unwrap();
         for text in [
             format!("- \"--containerd-config={config}\""),
-            format!("- \"--node-config-path={config_path}\""),
+            format!("- \"--config-path={config_path}\""),
             format!("mountPath: \"{config_dir}\"\n              readOnly: true"),
             format!("hostPath:\n            path: \"{config_dir}\"\n            type: Directory"),
         ] {

@@ -81,7 +81,7 @@ async fn a_config_path_list_naming_the_agents_directory_is_read_by_1_7_and_taken
     let node = plane.real_node().expect("the real node");
     let client = plane.client().await.expect("admin client");
     // The list an admin might write to keep Docker's directory too: the agent's is its second entry.
-    let ours = node.hosts_dir_on_node();
+    let ours = node.config_path_on_node();
     let line = format!("config_path = \"{ours}\"");
     containerd_with(|config| config.replace(&line, &format!("config_path = \"/etc/docker/certs.d:{ours}\""))).await;
     node.import(&support::controller_image()).expect("import the controller image");
@@ -117,7 +117,7 @@ async fn with_no_config_path_kinds_nodes_read_etc_containerd_certs_d_from_2_2_an
     let client = plane.client().await.expect("admin client");
     let release = node.containerd_release().clone();
     // kind's shape: no config_path, and discard_unpacked_layers, which makes 2.1 and later pull locally.
-    let line = format!("config_path = \"{}\"", node.hosts_dir_on_node());
+    let line = format!("config_path = \"{}\"", node.config_path_on_node());
     let local_pull = if release.config_version() == 2 {
         "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  discard_unpacked_layers = true\n"
     } else {

@@ -81,7 +81,7 @@ fn isolated_release_values(ns: &str, extra: &[String]) -> Vec<String> {
 /// The node agent on, writing into the real node's hosts directory, checking it every 2 s, and checking that the
 /// node's containerd reads it.
 fn agent_on() -> Vec<String> {
-    agent_writing_into(&node().hosts_dir_on_node())
+    agent_writing_into(&node().config_path_on_node())
 }
 
 /// The node agent writing into `dir`, a path as the node sees it.
@@ -886,7 +886,7 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     let report = wait_doctor(&pull.ns, ALL_WELL, |report| report.contains(&real)).await;
     // The node's line names where the agent found the hosts directory: the config file and its config_path.
     let line = report.lines().find(|line| line.contains(&real)).unwrap_or_default();
-    let read = format!(" sets config_path {}", node().hosts_dir_on_node());
+    let read = format!(" sets config_path {}", node().config_path_on_node());
     assert!(line.contains(".toml") && line.contains(&read), "{line}");
     let needs = format!("{} needs a hosts.toml mapping it to http://{}", pull.name(), pull.by_ip());
     assert!(report.contains(&needs), "{report}");
@@ -1096,7 +1096,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(summary.contains("something is wrong in: ") && summary.contains("Node pulls"), "{report}");
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
-    let reads = format!("reads registry hosts from {}", node().hosts_dir_on_node());
+    let reads = format!("reads registry hosts from {}", node().config_path_on_node());
     assert!(report.contains(&reads) && report.contains("nodeAgent.configPath"), "{report}");
     // The agent's metric, its NodePullState and doctor say the same: the address is unread, not configured.
     let metrics = wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;

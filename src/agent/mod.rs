@@ -43,17 +43,18 @@ pub struct AgentSettings {
     pub configmap: String,
     /// The node's runtime.
     pub runtime: RuntimeKind,
-    /// containerd's `config_path` on this node, as mounted into the agent.
-    pub hosts_dir: PathBuf,
+    /// Where `config_path` is mounted into the agent.
+    pub config_path_mount: PathBuf,
     /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
     pub daemonset: Option<String>,
     /// The node it runs on, whose NodePullState it keeps; `None` keeps none.
     pub node_name: Option<String>,
-    /// `hosts_dir` as the node sees it: what containerd's `config_path` must name, and, when the DaemonSet's pods
-    /// mount another one, where a stopping agent removes its files, which no agent would see again.
-    pub hosts_on_node: Option<String>,
+    /// containerd's registry config_path (its hosts directory) as the node sees it: what containerd's config must
+    /// name, and, when the DaemonSet's pods mount another one, where a stopping agent removes its files, which no
+    /// agent would see again.
+    pub config_path: Option<String>,
     pub resync: Duration,
-    /// containerd's config file, mounted at its path on the node, to check that containerd reads `hosts_on_node`.
+    /// containerd's config file, mounted at its path on the node, to check that containerd reads `config_path`.
     pub containerd_config: Option<PathBuf>,
 }
 
@@ -73,8 +74,8 @@ pub async fn run(
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
     let placement = Placement {
-        hosts_dir: settings.hosts_dir.clone(),
-        hosts_on_node: settings.hosts_on_node.clone(),
+        config_path_mount: settings.config_path_mount.clone(),
+        config_path: settings.config_path.clone(),
         config: settings.containerd_config.clone(),
     };
     let runtime_version = runtime_version(&client, settings.node_name.as_deref()).await;
@@ -87,7 +88,7 @@ pub async fn run(
     let node_runtime: &dyn NodeRuntime = node_runtime.as_ref();
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),
-        hosts_dir = %safe(&node_runtime.location()),
+        config_path_mount = %safe(&node_runtime.location()),
         "keeping this node's registry hosts"
     );
     let api = Api::<ConfigMap>::namespaced(client.clone(), &settings.namespace);
@@ -348,7 +349,7 @@ async fn leaving(client: &Client, settings: &AgentSettings) -> Option<String> {
         Ok(Some(daemonset)) if daemonset.metadata.deletion_timestamp.is_some() => {
             Some("the agent's DaemonSet is being deleted".into())
         }
-        Ok(Some(daemonset)) => match settings.hosts_on_node.as_deref().and_then(|mine| moved(&daemonset, mine)) {
+        Ok(Some(daemonset)) => match settings.config_path.as_deref().and_then(|mine| moved(&daemonset, mine)) {
             Some(why) => Some(why),
             None => uncovered(client, &daemonset, settings).await,
         },

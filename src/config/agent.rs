@@ -22,10 +22,11 @@ pub struct NodeAgentArgs {
     #[arg(long, env = "LRP_NODE_RUNTIME", value_enum, default_value_t = RuntimeKind::Containerd)]
     pub runtime: RuntimeKind,
 
-    /// containerd's hosts directory (its registry config_path) as mounted into the agent: one hosts.toml per
-    /// planned address is written under it, and only files this agent wrote are ever changed or removed.
-    #[arg(long, env = "LRP_HOSTS_DIR", value_name = "PATH")]
-    pub hosts_dir: std::path::PathBuf,
+    /// Where containerd's registry config_path (its hosts directory, --config-path on the node) is mounted into
+    /// the agent: one hosts.toml per planned address is written under it, and only files this agent wrote are ever
+    /// changed or removed.
+    #[arg(long, alias = "hosts-dir", env = "LRP_CONFIG_PATH_MOUNT", value_name = "PATH")]
+    pub config_path_mount: std::path::PathBuf,
 
     /// The DaemonSet running the agent, in POD_NAMESPACE: an agent that stops while it still exists (a rolling
     /// update, a drain) leaves its files for the next one; once it is gone the agent removes them.
@@ -38,16 +39,16 @@ pub struct NodeAgentArgs {
     pub resync: Duration,
 
     /// containerd's config file, at its path on the node (mount its directory there, read-only): the agent checks
-    /// that its registry config_path names --node-config-path, and tells (Event ConfigPathMismatch, metric,
+    /// that its registry config_path names --config-path, and tells (Event ConfigPathMismatch, metric,
     /// doctor) when containerd reads another directory, where the agent's files would go unread.
-    #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "node_config_path")]
+    #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "config_path")]
     pub containerd_config: Option<std::path::PathBuf>,
 
-    /// The hosts directory (--hosts-dir) as the node sees it: what containerd's config_path must name, and what an
-    /// agent compares with its DaemonSet's as it stops (when the DaemonSet now mounts another directory, the agent
-    /// removes its files from this one).
-    #[arg(long, env = "LRP_NODE_CONFIG_PATH", value_name = "PATH")]
-    pub node_config_path: Option<String>,
+    /// containerd's registry config_path as the node sees it (mounted at --config-path-mount): what containerd's
+    /// config must name, and what an agent compares with its DaemonSet's as it stops (when the DaemonSet now mounts
+    /// another directory, the agent removes its files from this one). Chart value nodeAgent.configPath.
+    #[arg(long, alias = "node-config-path", env = "LRP_CONFIG_PATH", value_name = "PATH")]
+    pub config_path: Option<String>,
 
     /// The node this agent runs on (the chart passes spec.nodeName): its state is kept in the NodePullState of that
     /// name in POD_NAMESPACE, which doctor reads. Without it no state is written.

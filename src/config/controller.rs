@@ -13,7 +13,7 @@ pub struct PublishArgs {
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
-    pub trust: TrustArgs,
+    pub namespaces: NamespaceArgs,
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
@@ -40,7 +40,7 @@ pub struct SourceArgs {
 
 /// Where registries are looked for, and which namespaces may name the cluster's registry.
 #[derive(Clone, Debug, clap::Args)]
-pub struct TrustArgs {
+pub struct NamespaceArgs {
     /// Namespaces to watch for registries, comma-separated; all namespaces when empty. Namespaces named here are
     /// allowed to name the cluster's registry.
     #[arg(long, env = "LRP_WATCH_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
@@ -180,13 +180,13 @@ impl PublishArgs {
         self.target.apply(&mut settings);
         self.values.apply(&mut settings);
         self.pull.apply(&mut settings);
-        self.trust.apply(&mut settings);
+        self.namespaces.apply(&mut settings);
         self.change.apply(&mut settings);
         settings
     }
 }
 
-impl TrustArgs {
+impl NamespaceArgs {
     pub fn apply(&self, settings: &mut Settings) {
         settings.watch_namespaces = self.watch_namespaces.clone();
         settings.allowed_namespaces = self.allowed_namespaces.clone();

@@ -325,6 +325,25 @@ mod tests {
     }
 
     #[test]
+    fn the_agents_config_path_has_one_name_and_keeps_the_old_spellings() {
+        let plan = "--node-plan-configmap=plan";
+        for (mount, on_node) in [
+            ("--config-path-mount=/hosts", "--config-path=/etc/containerd/certs.d"),
+            ("--hosts-dir=/hosts", "--node-config-path=/etc/containerd/certs.d"),
+        ] {
+            let parsed =
+                parse(&["node-agent", plan, mount, on_node, "--containerd-config=/etc/containerd/config.toml"]);
+            let Some(Command::NodeAgent { agent, .. }) = parsed.expect(mount).command else { panic!("node-agent") };
+            assert_eq!(agent.config_path_mount, std::path::Path::new("/hosts"), "{mount}");
+            assert_eq!(agent.config_path.as_deref(), Some("/etc/containerd/certs.d"), "{on_node}");
+        }
+        // The old spellings stay out of --help.
+        let help = parse(&["node-agent", "--help"]).expect_err("help").to_string();
+        assert!(help.contains("--config-path-mount") && !help.contains("--hosts-dir"), "{help}");
+        assert!(!help.contains("--node-config-path"), "{help}");
+    }
+
+    #[test]
     fn node_addresses_that_can_never_publish_are_refused_and_ipv6_is_accepted() {
         for (bad, why) in [
             ("0.0.0.0", "listen address"),

@@ -40,7 +40,7 @@ pub fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
         format!("registry.selector={REGISTRY_LABEL}={ns}"),
         "registry.builtin=false".into(),
         "nodeAgent.enabled=true".into(),
-        format!("nodeAgent.configPath={}", node.hosts_dir_on_node()),
+        format!("nodeAgent.configPath={}", node.config_path_on_node()),
         format!("nodeAgent.containerdConfig={}", node.containerd_config_on_node()),
         "nodeAgent.resync=2s".into(),
     ];

@@ -163,7 +163,7 @@ impl Fixture for ContainerdFiles {
     fn runtime(&self, dir: &Path, plan: &str) -> Box<dyn NodeRuntime> {
         let (namespace, configmap) = plan.split_once('/').expect("namespace/name");
         let owner = super::containerd::hosts::Owner::new(namespace, configmap);
-        let placement = super::Placement { hosts_dir: dir.to_path_buf(), hosts_on_node: None, config: None };
+        let placement = super::Placement { config_path_mount: dir.to_path_buf(), config_path: None, config: None };
         Box::new(super::containerd::Containerd::new(placement, owner, Some("containerd://2.4.2")).expect("a runtime"))
     }
 

@@ -62,10 +62,10 @@ impl Reading {
 /// Where the agent writes and reads, as its flags say.
 #[derive(Clone, Debug)]
 pub struct Placement {
-    /// The runtime's hosts directory, as mounted into the agent.
-    pub hosts_dir: PathBuf,
-    /// The same directory as the node sees it.
-    pub hosts_on_node: Option<String>,
+    /// Where the runtime's hosts directory is mounted into the agent.
+    pub config_path_mount: PathBuf,
+    /// The hosts directory as the node sees it (containerd's `config_path`).
+    pub config_path: Option<String>,
     /// The runtime's config file, mounted at its path on the node.
     pub config: Option<PathBuf>,
 }

@@ -220,7 +220,7 @@ impl RealNode {
 
     /// [`Self::hosts_dir`] as the node's daemons and pods see it, and as containerd's `config_path` names it: the
     /// same path on every node (`nodeAgent.configPath`).
-    pub fn hosts_dir_on_node(&self) -> String {
+    pub fn config_path_on_node(&self) -> String {
         config::Paths::on_node(config::HOSTS_DIR)
     }
 

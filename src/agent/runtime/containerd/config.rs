@@ -143,10 +143,10 @@ impl RuntimeCheck {
     }
 }
 
-/// Checks `config` (the text of containerd's config file, or why it could not be read) against `hosts_on_node`,
-/// the directory the agent writes into as the node sees it, as `release` reads it (`None`: not known, so a list is
+/// Checks `config` (the text of containerd's config file, or why it could not be read) against `ours`,
+/// the agent's config_path (the directory it writes into) as the node sees it, as `release` reads it (`None`: not known, so a list is
 /// taken as containerd 1.7 and 2.0 read it, and an unset `config_path` as 2.2 does).
-pub fn check(config: Result<&str, &str>, hosts_on_node: &str, release: Option<Release>) -> RuntimeCheck {
+pub fn check(config: Result<&str, &str>, ours: &str, release: Option<Release>) -> RuntimeCheck {
     let parsed = config
         .map_err(str::to_string)
         .and_then(|text| text.parse::<toml::Table>().map_err(|e| format!("not TOML: {e}")));
@@ -173,14 +173,14 @@ pub fn check(config: Result<&str, &str>, hosts_on_node: &str, release: Option<Re
             Some(release) => {
                 return RuntimeCheck::ListIgnored { config_path: DEFAULT_CONFIG_PATH_LIST.into(), release };
             }
-            None if same_dir(hosts_on_node, DEFAULT_CONFIG_PATH) => return RuntimeCheck::Reads { config_path: None },
+            None if same_dir(ours, DEFAULT_CONFIG_PATH) => return RuntimeCheck::Reads { config_path: None },
             None => return RuntimeCheck::Elsewhere { config_path: None },
         },
     };
     if let Some(release) = release.filter(|r| config_path.contains(':') && r.takes_one_directory(&table)) {
         return RuntimeCheck::ListIgnored { config_path, release };
     }
-    if config_path.split(':').any(|dir| same_dir(dir, hosts_on_node)) {
+    if config_path.split(':').any(|dir| same_dir(dir, ours)) {
         RuntimeCheck::Reads { config_path: Some(config_path) }
     } else {
         RuntimeCheck::Elsewhere { config_path: Some(config_path).filter(|p| !p.is_empty()) }
@@ -192,7 +192,7 @@ fn same_dir(a: &str, b: &str) -> bool {
 }
 
 /// The check in words, for the agent's log and its Event; `None` when there is nothing to say.
-pub fn describe(check: &RuntimeCheck, config_file: &str, hosts_on_node: &str) -> Option<String> {
+pub fn describe(check: &RuntimeCheck, config_file: &str, ours: &str) -> Option<String> {
     match check {
         RuntimeCheck::Unchecked | RuntimeCheck::Reads { config_path: Some(_) } => None,
         RuntimeCheck::Reads { config_path: None } => Some(format!(
@@ -205,15 +205,15 @@ pub fn describe(check: &RuntimeCheck, config_file: &str, hosts_on_node: &str) ->
                 None => "sets no registry config_path".into(),
             };
             Some(format!(
-                "containerd's config {config_file} {reads}, so it never reads {hosts_on_node}, where this agent \
+                "containerd's config {config_file} {reads}, so it never reads {ours}, where this agent \
                  writes: set the chart value nodeAgent.configPath to containerd's config_path (one directory), or \
-                 set config_path = \"{hosts_on_node}\" in containerd's config and restart containerd"
+                 set config_path = \"{ours}\" in containerd's config and restart containerd"
             ))
         }
         RuntimeCheck::ListIgnored { config_path, release } => Some(format!(
             "containerd's config {config_file} {}, a list that containerd {}.{} takes as one directory name (its \
              transfer service does not split it: containerd#12808), so it reads none of them and never reads \
-             {hosts_on_node}, where this agent writes: set config_path = \"{hosts_on_node}\" alone in containerd's \
+             {ours}, where this agent writes: set config_path = \"{ours}\" alone in containerd's \
              config and restart containerd",
             if config_path == DEFAULT_CONFIG_PATH_LIST {
                 format!("sets no registry config_path, whose default is {config_path}")
@@ -224,7 +224,7 @@ pub fn describe(check: &RuntimeCheck, config_file: &str, hosts_on_node: &str) ->
             release.minor,
         )),
         RuntimeCheck::Unknown(why) => {
-            Some(format!("cannot tell whether containerd reads {hosts_on_node}: its config {config_file}: {why}"))
+            Some(format!("cannot tell whether containerd reads {ours}: its config {config_file}: {why}"))
         }
     }
 }

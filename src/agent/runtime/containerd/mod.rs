@@ -16,7 +16,7 @@ use hosts::Owner;
 
 /// containerd's registry hosts directory (`config_path`), and its config file to check that it reads it.
 pub struct Containerd {
-    hosts_dir: PathBuf,
+    config_path_mount: PathBuf,
     owner: Owner,
     config: Option<ContainerdConfig>,
     /// The node's containerd release, which decides what it can read; `None` when unknown.
@@ -29,7 +29,7 @@ struct ContainerdConfig {
     /// The config file, at its path on the node (the chart mounts its directory there, read-only).
     file: PathBuf,
     /// The hosts directory as the node sees it: what the config's `config_path` must name.
-    hosts_on_node: String,
+    config_path: String,
 }
 
 impl Containerd {
@@ -37,17 +37,17 @@ impl Containerd {
     /// directory as the node sees it are given, as the node's containerd (`runtime_version`, its Node's
     /// `containerRuntimeVersion`) reads it; `Err` when the hosts directory is no directory.
     pub fn new(placement: Placement, owner: Owner, runtime_version: Option<&str>) -> Result<Self, String> {
-        let Placement { hosts_dir, hosts_on_node, config } = placement;
-        if !hosts_dir.is_dir() {
+        let Placement { config_path_mount, config_path, config } = placement;
+        if !config_path_mount.is_dir() {
             return Err(format!(
                 "{} is not a directory: mount containerd's config_path there (see the chart's nodeAgent.configPath)",
-                safe(&hosts_dir.display().to_string())
+                safe(&config_path_mount.display().to_string())
             ));
         }
         let config = config
-            .zip(hosts_on_node)
-            .map(|(file, hosts_on_node)| ContainerdConfig { file, hosts_on_node: hosts_on_node.to_string() });
-        Ok(Self { hosts_dir, owner, config, release: runtime_version.and_then(Release::of) })
+            .zip(config_path)
+            .map(|(file, config_path)| ContainerdConfig { file, config_path: config_path.to_string() });
+        Ok(Self { config_path_mount, owner, config, release: runtime_version.and_then(Release::of) })
     }
 }
 
@@ -55,7 +55,7 @@ impl NodeRuntime for Containerd {
     /// What this release cannot read is not written, and told as failed.
     fn apply(&self, plan: &NodePlan) -> io::Result<Report> {
         let (readable, unreadable) = config::readable(plan, self.release);
-        let mut report = hosts::sync(&self.hosts_dir, &readable, &self.owner)?;
+        let mut report = hosts::sync(&self.config_path_mount, &readable, &self.owner)?;
         report.failed.extend(unreadable);
         Ok(report)
     }
@@ -67,14 +67,14 @@ impl NodeRuntime for Containerd {
             return Reading::UNCHECKED;
         };
         let text = std::fs::read_to_string(&config.file).map_err(|error| error.to_string());
-        let check = config::check(text.as_deref().map_err(String::as_str), &config.hosts_on_node, self.release);
+        let check = config::check(text.as_deref().map_err(String::as_str), &config.config_path, self.release);
         let file = config.file.display().to_string();
-        let said = config::describe(&check, &file, &config.hosts_on_node);
+        let said = config::describe(&check, &file, &config.config_path);
         Reading { config_file: Some(file), ..check.reading(said) }
     }
 
     fn location(&self) -> String {
-        self.hosts_dir.display().to_string()
+        self.config_path_mount.display().to_string()
     }
 }
 
@@ -93,8 +93,8 @@ mod tests {
         std::fs::write(&file, config).expect("a config file");
         let owner = Owner::new("lrp", "lrp-node-plan");
         let placement = |config: Option<PathBuf>| Placement {
-            hosts_dir: hosts.clone(),
-            hosts_on_node: Some("/etc/containerd/certs.d".into()),
+            config_path_mount: hosts.clone(),
+            config_path: Some("/etc/containerd/certs.d".into()),
             config,
         };
         let checked = Containerd::new(placement(Some(file.clone())), owner.clone(), Some("containerd://2.4.2"))
