@@ -115,10 +115,10 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         settings,
     };
     let decision = publish::decide(&input);
-    if registries.allowed.is_empty() && registries.ignored.is_empty() {
+    if registries.counted.is_empty() && registries.ignored.is_empty() {
         say!("  no registry: no Service matches {:?} in an allowed namespace", settings.registry_selector.to_string());
     }
-    let namespaces = registries.allowed.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
+    let namespaces = registries.counted.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = controller_events(&client, namespaces.map(|id| id.namespace.as_str())).await;
     let genuine: Vec<&ControllerPod> = match &pods {
         Ok(pods) => pods.iter().filter(|p| p.counts()).collect(),
@@ -128,7 +128,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     let said = |id: &registry::ServiceId| -> Vec<&publish::Notice> {
         decision.notices.iter().filter(|n| n.regards(&id.namespace, &id.name)).collect()
     };
-    for registry in &registries.allowed {
+    for registry in &registries.counted {
         let state = format!(
             "{}, priority {}, {}, allowed",
             registry.origin,

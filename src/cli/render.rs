@@ -53,7 +53,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
     let services = cluster.labelled_services.iter().chain(&cluster.builtin_services);
     cluster.allowed_namespaces = services.map(|s| Arc::new(registry::service_id(s).namespace)).collect();
     let mut registries = registry::registries(&cluster, settings);
-    for registry in &mut registries.allowed {
+    for registry in &mut registries.counted {
         registry.ready = true;
         if let Some(node_port) = needs_node_ip(registry, settings) {
             shout!(
@@ -86,7 +86,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
             say!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
             ExitCode::SUCCESS
         }
-        _ if registries.allowed.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
+        _ if registries.counted.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
         _ => {
             shout!("no registry Service in {input} matches {:?}", settings.registry_selector.to_string());
             ExitCode::from(EXIT_NONE)

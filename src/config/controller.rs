@@ -165,7 +165,7 @@ impl NodePlanArgs {
             namespace: crate::pod::namespace(),
             name,
             rules: crate::node::Rules {
-                allowed: self.node_allowed_addresses.clone(),
+                allowed_addresses: self.node_allowed_addresses.clone(),
                 mirrors: self.node_mirrors.clone(),
             },
         })

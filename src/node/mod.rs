@@ -66,7 +66,7 @@ impl std::fmt::Display for NodePlanTarget {
 /// and the mirrors of public registries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
-    pub allowed: Vec<AddressPattern>,
+    pub allowed_addresses: Vec<AddressPattern>,
     pub mirrors: Vec<Mirror>,
 }
 
@@ -170,7 +170,8 @@ pub fn plan(
 /// a mirror's upstream is the mirror's: its file must fall back to the upstream.
 pub fn decide(published: Option<&Published>, observed: &Observed, rules: &Rules) -> Decision {
     let ca = published.map_or(Ok(None), |published| ca_bundle(published, observed));
-    let (registry, mut refused) = plan(published, ca.as_ref().ok().and_then(Option::as_deref), &rules.allowed);
+    let (registry, mut refused) =
+        plan(published, ca.as_ref().ok().and_then(Option::as_deref), &rules.allowed_addresses);
     let (mirrors, mirror_problems) = mirror::entries(&rules.mirrors, &observed.mirror_services);
     let mirrored = |address: &str| rules.mirrors.iter().any(|m| m.upstream == address);
     let (taken, mut hosts): (Vec<HostEntry>, Vec<HostEntry>) =

@@ -282,7 +282,7 @@ fn the_decision_is_the_plan_with_the_ca_found_or_no_entry_and_the_reason() {
 #[test]
 fn the_admins_mirrors_are_planned_with_or_without_a_registry_and_take_their_upstream_from_any_registry() {
     let rules = |allowed: &[&str]| Rules {
-        allowed: allowing(allowed),
+        allowed_addresses: allowing(allowed),
         mirrors: vec!["docker.io=service:cache/docker-hub:5000".parse().expect("a mirror")],
     };
     let cache = WatchKey::in_namespace("cache").named("docker-hub");

@@ -131,7 +131,7 @@ pub fn withdrawal(stored: &Stored) -> Withdrawal {
 pub fn decide(input: &Input) -> Decision {
     let Input { registries, stored, now, settings, .. } = *input;
     let mut memory = input.memory.clone();
-    memory.readiness.observe(&registries.allowed, now);
+    memory.readiness.observe(&registries.counted, now);
     let readiness = &memory.readiness;
     let target = settings.target();
     let published = stored.and_then(|s| s.document.as_ref());
@@ -139,11 +139,11 @@ pub fn decide(input: &Input) -> Decision {
     // An unready registry keeps its place only while its grace lasts, and only if it is what readers see now:
     // a registry that was never ready here is not published on credit.
     let eligible = |r: &Registry| r.ready || (grace(r).is_some() && r.document.as_ref().ok() == published);
-    let winner = registries.allowed.iter().find(|r| eligible(r));
-    let mut recheck_after = registries.allowed.iter().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
+    let winner = registries.counted.iter().find(|r| eligible(r));
+    let mut recheck_after = registries.counted.iter().filter(|r| eligible(r) && !r.ready).filter_map(grace).min();
 
     let mut notices = ignored_notices(registries);
-    for registry in &registries.allowed {
+    for registry in &registries.counted {
         if let Err(problem) = &registry.document {
             notices.push(Notice::new(
                 &registry.reference,
@@ -170,7 +170,7 @@ pub fn decide(input: &Input) -> Decision {
     let wanted: Option<Option<(LocalRegistryHostingV1, Option<&Registry>)>> = match winner {
         Some(Registry { document: Err(_), .. }) => None,
         Some(registry @ Registry { document: Ok(document), .. }) => Some(Some((document.clone(), Some(registry)))),
-        None => Some(help_only(&registries.allowed, settings).map(|d| (d, None))),
+        None => Some(help_only(&registries.counted, settings).map(|d| (d, None))),
     };
     let mut held_back = None;
     let mut action = Action::Keep;
@@ -285,7 +285,7 @@ pub fn decide(input: &Input) -> Decision {
 /// The allowed registry whose document our stored ConfigMap holds.
 fn readers_see(stored: Option<&Stored>, registries: &Registries) -> Option<Published> {
     let document = stored?.ours()?;
-    let registry = registries.allowed.iter().find(|r| r.document.as_ref().ok() == Some(document))?;
+    let registry = registries.counted.iter().find(|r| r.document.as_ref().ok() == Some(document))?;
     Some(Published::of(registry, document))
 }
 

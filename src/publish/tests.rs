@@ -29,7 +29,7 @@ fn doc(r: &Registry) -> LocalRegistryHostingV1 {
 fn allowed(list: &[Registry]) -> Registries {
     let mut allowed = list.to_vec();
     allowed.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
-    Registries { allowed, ignored: Vec::new() }
+    Registries { counted: allowed, ignored: Vec::new() }
 }
 
 fn decide_with(
@@ -185,7 +185,7 @@ fn a_registry_never_seen_ready_is_not_published_on_credit() {
 fn an_ignored_registry_takes_no_part_and_is_told_why_once_per_namespace_message() {
     let real = registry("real", 0, true);
     let registries = Registries {
-        allowed: vec![real.clone()],
+        counted: vec![real.clone()],
         ignored: vec![ignored("tenant", "hijack-1"), ignored("tenant", "hijack-2")],
     };
     let settings = Settings::default();
@@ -201,7 +201,7 @@ fn an_ignored_registry_takes_no_part_and_is_told_why_once_per_namespace_message(
     assert!(Arc::ptr_eq(&told[0].message, &told[1].message), "one message shared by the namespace");
     // With the real registry gone, nothing of the ignored ones is published: ours is deleted.
     let current = stored(true, Some(&doc(&real)));
-    let only_ignored = Registries { allowed: Vec::new(), ..registries };
+    let only_ignored = Registries { counted: Vec::new(), ..registries };
     let decision = decide_with(&only_ignored, Some(&current), &Memory::default(), Instant::now(), &settings);
     assert!(matches!(decision.action, Action::Delete { .. }));
 }

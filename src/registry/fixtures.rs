@@ -182,7 +182,7 @@ pub fn allowed_registries(cluster: &super::Cluster, settings: &crate::settings::
     let namespaces: Vec<Arc<String>> =
         services.chain(&cluster.builtin_services).filter_map(|s| s.metadata.namespace.clone()).map(Arc::new).collect();
     cluster.allowed_namespaces.extend(namespaces);
-    super::registries(&cluster, settings).allowed
+    super::registries(&cluster, settings).counted
 }
 
 /// An allowed, labelled registry in namespace `reg` publishing `localhost:<30000 + priority>`.

@@ -130,7 +130,7 @@ impl<'a> Candidates<'a> {
         let mut registries = Registries::default();
         for (service, origin, allowed) in &self.found {
             if *allowed {
-                registries.allowed.push(values::derive(service, origin.clone(), self.index(), settings));
+                registries.counted.push(values::derive(service, origin.clone(), self.index(), settings));
             } else {
                 let identity = Identity::of(&service.metadata);
                 registries.ignored.push(Ignored {
@@ -146,7 +146,7 @@ impl<'a> Candidates<'a> {
             reference: identity.reference(),
         });
         registries.ignored.extend(ignored);
-        registries.allowed.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
+        registries.counted.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
         registries.ignored.sort_by(|a, b| a.id.cmp(&b.id));
         registries
     }
@@ -361,9 +361,9 @@ mod tests {
         assert_eq!(keys(&interest.labelled_services), [("reg".to_string(), selector)]);
         assert!(interest.pods.is_empty(), "{interest:?}");
         let registries = candidates.registries(&settings);
-        let allowed: Vec<&str> = registries.allowed.iter().map(|r| r.id.name.as_str()).collect();
+        let counted: Vec<&str> = registries.counted.iter().map(|r| r.id.name.as_str()).collect();
         // reg/listing is not found until its namespace's whole watch holds it.
-        assert_eq!(allowed, ["zot"]);
+        assert_eq!(counted, ["zot"]);
         let ignored: Vec<(&str, &Origin)> =
             registries.ignored.iter().map(|r| (r.id.name.as_str(), &r.origin)).collect();
         let builder = Origin::Workload { kind: "Deployment", name: "builder".into() };

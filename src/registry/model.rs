@@ -164,10 +164,11 @@ pub struct Ignored {
     pub reference: ObjectReference,
 }
 
-/// Every registry of a snapshot: the allowed ones best first, and the ignored ones.
+/// Every registry of a snapshot: those that count (in a namespace allowed to name the cluster's registry) best
+/// first, and those ignored elsewhere.
 #[derive(Clone, Debug, Default)]
 pub struct Registries {
-    pub allowed: Vec<Registry>,
+    pub counted: Vec<Registry>,
     pub ignored: Vec<Ignored>,
 }
 
