@@ -1,7 +1,7 @@
 //! The release path as far as this machine can run it (the workflow in .github/workflows/release.yml is thin over
 //! these commands): `hack/dist.sh` writes complete, checksummed artifacts from what `make test` builds, a krew
 //! manifest for the CLI archives, the CHANGELOG section; `hack/version.sh` moves every place the version lives;
-//! the workflows pin every action by commit. Installing from a registry is in tests/real_node.rs.
+//! the workflows pin every action by commit. Installing from a registry is in tests/real_node/release.rs.
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! What every [`NodeRuntime`] must do, whatever it writes: the cases every implementation runs against a scratch
 //! directory of its own, twice for containerd: here, judged by reading its files back ([`ContainerdFiles`]), and in
-//! tests/real_node.rs, judged by the node's own containerd (what its resolver tries for each address). A second
+//! tests/real_node/, judged by the node's own containerd (what its resolver tries for each address). A second
 //! runtime adds its own [`Fixture`] and those two tests. An implementation is judged through the trait and through
 //! [`Fixture::reads`], what the runtime itself would read for an address, never through its file format.
 //!
