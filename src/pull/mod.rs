@@ -354,4 +354,6 @@ fn warning(registry: &Published, reason: Reason, message: String) -> Notice {
 }
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 mod tests;

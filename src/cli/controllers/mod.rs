@@ -47,6 +47,23 @@ impl ControllerPod {
     }
 }
 
+#[cfg(test)]
+impl ControllerPod {
+    /// A running pod named `name` in namespace `lrp`, of `deployment` if any, with no arguments, as the API server
+    /// judged its right to write the ConfigMap (`genuine`).
+    pub(crate) fn fixture(name: &str, deployment: Option<&str>, genuine: Option<bool>) -> Self {
+        ControllerPod {
+            namespace: "lrp".into(),
+            name: name.into(),
+            phase: "Running".into(),
+            args: Vec::new(),
+            service_account: "lrp".into(),
+            deployment: deployment.map(String::from),
+            genuine,
+        }
+    }
+}
+
 /// The chart's controller pods' labels, whatever the release or name overrides.
 pub fn selector() -> kube::core::Selector {
     use crate::watching::equal;
@@ -68,15 +85,7 @@ mod tests {
     use super::*;
 
     fn pod(name: &str, deployment: Option<&str>) -> ControllerPod {
-        ControllerPod {
-            namespace: "lrp".into(),
-            name: name.into(),
-            phase: "Running".into(),
-            args: Vec::new(),
-            service_account: "lrp".into(),
-            deployment: deployment.map(String::from),
-            genuine: Some(true),
-        }
+        ControllerPod::fixture(name, deployment, Some(true))
     }
 
     #[test]

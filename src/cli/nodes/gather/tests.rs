@@ -1,0 +1,101 @@
+use serde_json::json;
+
+use super::*;
+use crate::cli::mock_api::{self, list, status};
+use crate::node::{HostEntry, Rules};
+
+const PLAN: &str = "/api/v1/namespaces/lrp/configmaps/lrp-node-plan";
+
+fn target() -> NodePlanTarget {
+    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default() }
+}
+
+/// The decision doctor takes for a kept document when the plan's ConfigMap is answered with `code` and `body`.
+async fn kept(code: u16, body: serde_json::Value) -> Result<node::Decision, String> {
+    let (client, mut server) = mock_api::pair();
+    let target = target();
+    let (decided, ()) = tokio::join!(decision(&client, None, true, Some(&target)), server.get(PLAN, code, body));
+    decided
+}
+
+#[tokio::test]
+async fn a_kept_documents_plan_is_the_one_stored_read_as_agents_read_it() {
+    let plan = NodePlan { hosts: vec![HostEntry::plain("a:5000", "http://10.96.0.12:5000")], ..NodePlan::default() };
+    let stored =
+        kept(200, json!({"metadata": {"name": "lrp-node-plan"}, "data": {node::PLAN_KEY: plan.to_json()}})).await;
+    assert_eq!(stored.expect("the stored plan").plan, plan);
+    let absent = kept(404, status(404, "NotFound")).await;
+    assert_eq!(absent.expect("no plan").plan, NodePlan::default(), "no ConfigMap: no plan in force");
+    let keyless = kept(200, json!({"metadata": {"name": "lrp-node-plan"}, "data": {}})).await;
+    assert_eq!(keyless.expect("no plan").plan, NodePlan::default());
+    let refused = kept(403, status(403, "Forbidden")).await;
+    assert!(refused.is_err_and(|why| why.contains("Forbidden")));
+    let garbled = kept(200, json!({"metadata": {"name": "lrp-node-plan"}, "data": {node::PLAN_KEY: "{"}})).await;
+    assert!(garbled.is_err(), "a plan agents cannot read is no empty plan");
+}
+
+fn daemonset(name: &str, plan_flag: &str) -> serde_json::Value {
+    json!({"metadata": {"name": name, "namespace": "lrp", "uid": format!("uid-{name}")},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [
+            {"name": "node-agent", "image": "i", "args": ["node-agent", plan_flag]}]}}}})
+}
+
+#[tokio::test]
+async fn the_agents_are_the_daemonset_passing_the_plan_its_labelled_pods_their_states_and_events() {
+    let (client, mut server) = mock_api::pair();
+    let labelled = "labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent";
+    let script = async {
+        let nodes = list("NodeList", vec![json!({"metadata": {"name": "a"}})]);
+        server.get("/api/v1/nodes?", 200, nodes).await;
+        let daemonsets = vec![
+            daemonset("other", "--node-plan-configmap=other-plan"),
+            daemonset("ours", &format!("--{}=lrp-node-plan", keys::chart::NODE_PLAN_FLAG)),
+        ];
+        server
+            .get(
+                &format!("/apis/apps/v1/namespaces/lrp/daemonsets?&{labelled}"),
+                200,
+                list("DaemonSetList", daemonsets),
+            )
+            .await;
+        let pods = list("PodList", vec![json!({"metadata": {"name": "agent-a"}})]);
+        server.get(&format!("/api/v1/namespaces/lrp/pods?&{labelled}"), 200, pods).await;
+        let states = "/apis/local-registry-publisher.io/v1alpha1/namespaces/lrp/nodepullstates?";
+        server.get(states, 403, status(403, "Forbidden")).await;
+        server.get("/apis/events.k8s.io/v1/namespaces/lrp/events?", 200, list("EventList", Vec::new())).await;
+    };
+    let target = target();
+    let (found, ()) = tokio::join!(agents(&client, &target), script);
+    assert_eq!(found.nodes.expect("nodes").len(), 1);
+    assert_eq!(found.daemonset.and_then(|d| d.metadata.name).as_deref(), Some("ours"));
+    assert_eq!(found.pods.len(), 1);
+    assert!(found.states.is_err_and(|why| why.contains("Forbidden")));
+    assert!(found.events.is_empty());
+}
+
+#[tokio::test]
+async fn without_a_daemonset_passing_the_plan_there_is_none_and_refused_reads_are_kept_as_what_to_say() {
+    let (client, mut server) = mock_api::pair();
+    let labelled = "labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent";
+    let script = async {
+        server.get("/api/v1/nodes?", 403, status(403, "Forbidden")).await;
+        let daemonsets = vec![daemonset("prefix", "--node-plan-configmap=lrp-node-plan-2")];
+        server
+            .get(
+                &format!("/apis/apps/v1/namespaces/lrp/daemonsets?&{labelled}"),
+                200,
+                list("DaemonSetList", daemonsets),
+            )
+            .await;
+        server.get(&format!("/api/v1/namespaces/lrp/pods?&{labelled}"), 403, status(403, "Forbidden")).await;
+        let states = "/apis/local-registry-publisher.io/v1alpha1/namespaces/lrp/nodepullstates?";
+        server.get(states, 200, list("NodePullStateList", Vec::new())).await;
+        server.get("/apis/events.k8s.io/v1/namespaces/lrp/events?", 403, status(403, "Forbidden")).await;
+    };
+    let target = target();
+    let (found, ()) = tokio::join!(agents(&client, &target), script);
+    assert!(found.nodes.is_err_and(|why| why.contains("Forbidden")));
+    assert!(found.daemonset.is_none(), "a plan named alike is another plan");
+    assert!(found.pods.is_empty() && found.events.is_empty());
+    assert!(found.states.is_ok_and(|s| s.is_empty()));
+}

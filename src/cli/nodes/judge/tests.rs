@@ -1,0 +1,212 @@
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo, PodSpec, PodTemplateSpec};
+
+use super::*;
+use crate::node::mirror::{Mirror, MirrorFault, MirrorProblem, Via};
+use crate::node::{CaProblem, HostEntry, NodePlan, Refusal, Rules};
+use crate::pull::fixtures::registry;
+
+const ADDRESS: &str = "registry.reg.svc.cluster.local:5000";
+
+fn target() -> NodePlanTarget {
+    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default() }
+}
+
+/// The plan mapping the published cluster DNS name to its ClusterIP, with `refused` addresses.
+fn decided(refused: &[&str]) -> Result<node::Decision, String> {
+    let plan = NodePlan { hosts: vec![HostEntry::plain(ADDRESS, "http://10.96.0.12:5000")], ..NodePlan::default() };
+    let refused = refused.iter().map(|a| (a.to_string(), Refusal::NotAllowed)).collect();
+    Ok(node::Decision { plan, refused, ..node::Decision::default() })
+}
+
+fn empty() -> Result<node::Decision, String> {
+    Ok(node::Decision::default())
+}
+
+fn node(name: &str) -> Node {
+    let mut node = Node::default();
+    node.metadata.name = Some(name.into());
+    let info = NodeSystemInfo { container_runtime_version: "containerd://2.4.2".into(), ..NodeSystemInfo::default() };
+    node.status = Some(NodeStatus { node_info: Some(info), ..NodeStatus::default() });
+    node
+}
+
+/// The agents' objects: `nodes` (a node named `docker-*` runs Docker, which no agent configures), the DaemonSet if
+/// `daemonset`, no agent pod and no state.
+fn agents(nodes: Result<&[&str], &str>, daemonset: bool) -> Agents {
+    let nodes = nodes.map(|names| {
+        let docker = |n: &Node| {
+            let mut n = n.clone();
+            n.status.as_mut().and_then(|s| s.node_info.as_mut()).expect("info").container_runtime_version =
+                "docker://27.0.1".into();
+            n
+        };
+        names.iter().map(|n| if n.starts_with("docker-") { docker(&node(n)) } else { node(n) }).collect()
+    });
+    let template = PodTemplateSpec { spec: Some(PodSpec::default()), ..PodTemplateSpec::default() };
+    let daemonset = daemonset.then(|| DaemonSet {
+        metadata: kube::api::ObjectMeta { uid: Some("ds-uid".into()), ..Default::default() },
+        spec: Some(DaemonSetSpec { template, ..DaemonSetSpec::default() }),
+        status: None,
+    });
+    Agents {
+        nodes: nodes.map_err(str::to_string),
+        daemonset,
+        pods: Vec::new(),
+        states: Ok(Vec::new()),
+        events: Vec::new(),
+    }
+}
+
+fn judged(
+    published: Option<&Published>,
+    kept: bool,
+    agents: Option<&NodePlanTarget>,
+    decided: &Result<node::Decision, String>,
+    found: Option<&Agents>,
+) -> (Section, Vec<String>) {
+    super::section(published, kept, agents, decided, found)
+}
+
+fn text(section: &Section) -> String {
+    section.lines.join("\n")
+}
+
+#[test]
+fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_failing() {
+    let target = target();
+    let published = registry(None);
+    let unreadable = Err("configmaps \"lrp-node-plan\" is forbidden".to_string());
+    let (section, not_done) = judged(Some(&published), true, Some(&target), &unreadable, None);
+    assert_eq!(section.lines[0], "\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    assert!(section.lines[1].starts_with("  the published registry has a problem (above), so its last good document"));
+    assert_eq!(
+        section.lines[2],
+        "  the node plan ConfigMap lrp/lrp-node-plan cannot be read with this identity: configmaps \"lrp-node-plan\" is forbidden"
+    );
+    assert!(!section.wrong && not_done.is_empty());
+    // Not kept: no word of a problem.
+    let (section, _) = judged(Some(&published), false, Some(&target), &empty(), None);
+    assert!(!text(&section).contains("has a problem"), "{section:?}");
+}
+
+#[test]
+fn an_unusable_ca_bundle_fails_and_a_tls_registry_without_one_is_told_as_pulled_as_it_is() {
+    let target = target();
+    let published = registry(None);
+    let problem = CaProblem::Annotation { value: "nonsense".into(), namespace: "reg".into() };
+    let unusable = Ok(node::Decision { ca_problem: Some(problem), ..node::Decision::default() });
+    let (failed, _) = judged(Some(&published), false, Some(&target), &unusable, None);
+    assert!(failed.wrong);
+    assert!(failed.lines[1].starts_with("  the registry serves TLS and its CA bundle cannot be used"), "{failed:?}");
+    assert!(failed.lines[1].ends_with(" (as read by this identity)"), "{failed:?}");
+
+    let mut tls = registry(None);
+    tls.ports.tls = true;
+    let (told, _) = judged(Some(&tls), false, Some(&target), &empty(), None);
+    assert!(!told.wrong);
+    assert!(
+        told.lines[1].starts_with("  the registry serves TLS: nodes are configured for it only with its CA bundle")
+    );
+    let (plain, _) = judged(Some(&published), false, Some(&target), &empty(), None);
+    assert_eq!(
+        plain.lines[1],
+        "  no published address needs a hosts.toml: each node's containerd pulls them as they are"
+    );
+    assert!(!plain.wrong);
+}
+
+#[test]
+fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror_fails() {
+    let target = target();
+    let published = registry(None);
+    let (_, not_done) =
+        judged(Some(&published), false, Some(&target), &decided(&["docker.io"]), Some(&agents(Ok(&["a"]), true)));
+    assert_eq!(not_done[0], format!("docker.io gets no node file: it {}", Refusal::NotAllowed));
+    let (off, not_done) = judged(Some(&published), false, None, &decided(&["docker.io"]), None);
+    assert!(not_done.is_empty(), "with the agents off no address gets a file: {not_done:?}");
+    assert!(
+        text(&off)
+            .contains("  the node agent is off: a node's containerd pulls these only if someone configured it to")
+    );
+    assert!(!off.wrong);
+
+    let mirror = Mirror {
+        upstream: "docker.io".into(),
+        via: Via::Service { namespace: "cache".into(), name: "zot".into(), port: 5000 },
+    };
+    let broken = Ok(node::Decision {
+        mirror_problems: vec![MirrorProblem { mirror, fault: MirrorFault::Missing }],
+        ..node::Decision::default()
+    });
+    let (section, _) = judged(Some(&published), false, Some(&target), &broken, None);
+    assert!(section.wrong, "{section:?}");
+    assert!(section.lines[1].contains("docker.io"), "{section:?}");
+    assert_eq!(
+        section.lines.last().map(String::as_str),
+        Some("  no published address needs a hosts.toml: each node's containerd pulls them as they are")
+    );
+}
+
+#[test]
+fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
+    let target = target();
+    let published = registry(None);
+    let found = agents(Ok(&["a", "docker-b"]), true);
+    let (section, not_done) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
+    assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to http://10.96.0.12:5000"));
+    assert!(
+        section.lines[2].starts_with("  what every node pulls is decided in these namespaces, so only cluster admins")
+    );
+    assert!(
+        section.lines[2].contains("(docs/node-pulls.md#security): lrp (the node plan lrp-node-plan,"),
+        "{section:?}"
+    );
+    assert_eq!(section.lines[3], "  node a: no node agent pod runs here yet, though its DaemonSet covers this node");
+    assert!(section.lines[4].starts_with("  node docker-b: "), "{section:?}");
+    assert!(section.wrong, "a covered node without an agent fails");
+    assert!(not_done.is_empty(), "node a is covered: {not_done:?}");
+
+    let mut mirrored = decided(&[]).expect("a decision");
+    mirrored.plan.hosts[0].server = Some("https://registry-1.docker.io".into());
+    let (section, _) = judged(Some(&published), false, Some(&target), &Ok(mirrored), Some(&found));
+    assert_eq!(
+        section.lines[1],
+        format!(
+            "  {ADDRESS} is mirrored: a hosts.toml sends its pulls to http://10.96.0.12:5000 first, then to https://registry-1.docker.io"
+        )
+    );
+}
+
+#[test]
+fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails() {
+    let target = target();
+    let published = registry(None);
+    let unlisted = agents(Err("nodes is forbidden"), true);
+    let (section, _) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&unlisted));
+    assert_eq!(
+        section.lines.last().map(String::as_str),
+        Some("  nodes cannot be listed with this identity: nodes is forbidden")
+    );
+    assert!(!section.wrong);
+
+    let without = agents(Ok(&["a"]), false);
+    let (section, _) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&without));
+    assert_eq!(
+        section.lines.last().map(String::as_str),
+        Some("  no node agent DaemonSet in namespace lrp follows the plan lrp-node-plan: is nodeAgent.enabled set?")
+    );
+    assert!(section.wrong);
+
+    let mut stateless = agents(Ok(&["docker-a"]), true);
+    stateless.states = Err("nodepullstates is forbidden".into());
+    let (section, not_done) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&stateless));
+    assert!(text(&section).contains(
+        "  the nodes' states (NodePullState) cannot be read with this identity: nodepullstates is forbidden"
+    ));
+    assert!(!section.wrong, "a node no agent covers is told, not failed");
+    assert_eq!(
+        not_done,
+        [format!("no node is covered by the node agent, so no node pulls {ADDRESS} through its files")]
+    );
+}
