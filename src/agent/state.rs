@@ -141,11 +141,8 @@ pub fn counts(derived: &Derived) -> (Vec<(Verdict, usize)>, ConfigPathCheck) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::HostEntry;
 
-    fn entry(address: &str) -> HostEntry {
-        HostEntry::plain(address, "http://10.96.0.12:5000")
-    }
+    use crate::node::fixtures::entry;
 
     const READS: Reading = Reading { check: ConfigPathCheck::Reads, config_file: None, config_path: None, said: None };
 

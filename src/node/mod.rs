@@ -381,4 +381,6 @@ pub struct Notice {
 crate::events::impl_tell!(Notice, |_: &Notice| true);
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 mod tests;

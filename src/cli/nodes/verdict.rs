@@ -278,7 +278,7 @@ mod tests {
     }
 
     fn plan() -> NodePlan {
-        NodePlan { hosts: vec![HostEntry::plain("a:5000", "http://10.96.0.12:5000")], ..NodePlan::default() }
+        crate::node::fixtures::plan(&["a:5000"])
     }
 
     fn state(uid: &str, verdict: Verdict) -> NodeState {
@@ -465,9 +465,7 @@ mod tests {
         }
     }
 
-    fn entry(address: &str) -> HostEntry {
-        HostEntry::plain(address, "http://10.96.0.12:5000")
-    }
+    use crate::node::fixtures::entry;
 
     fn found(addresses: &[(&str, Verdict, Option<&str>)]) -> NodeState {
         let addresses = addresses.iter().map(|(address, verdict, message)| Address {
@@ -573,11 +571,7 @@ mod tests {
     #[test]
     fn the_namespaces_deciding_every_nodes_pulls_are_the_releases_and_each_mirror_services_once_each() {
         let mirror = |text: &str| text.parse::<crate::node::mirror::Mirror>().expect("a mirror");
-        let mut agents = NodePlanTarget {
-            namespace: "lrp".into(),
-            name: "lrp-node-plan".into(),
-            rules: crate::node::Rules::default(),
-        };
+        let mut agents = crate::node::fixtures::plan_target();
         let release = "lrp (the node plan lrp-node-plan, the node agents' DaemonSet and ServiceAccount)";
         assert_eq!(deciding_namespaces(&agents), [release]);
         agents.rules.mirrors = vec![

@@ -2,13 +2,9 @@ use serde_json::json;
 
 use super::*;
 use crate::cli::mock_api::{self, list, status};
-use crate::node::{HostEntry, Rules};
+use crate::node::fixtures::{plan, plan_target as target};
 
 const PLAN: &str = "/api/v1/namespaces/lrp/configmaps/lrp-node-plan";
-
-fn target() -> NodePlanTarget {
-    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default() }
-}
 
 /// The decision doctor takes for a kept document when the plan's ConfigMap is answered with `code` and `body`.
 async fn kept(code: u16, body: serde_json::Value) -> Result<node::Decision, String> {
@@ -20,7 +16,7 @@ async fn kept(code: u16, body: serde_json::Value) -> Result<node::Decision, Stri
 
 #[tokio::test]
 async fn a_kept_documents_plan_is_the_one_stored_read_as_agents_read_it() {
-    let plan = NodePlan { hosts: vec![HostEntry::plain("a:5000", "http://10.96.0.12:5000")], ..NodePlan::default() };
+    let plan = plan(&["a:5000"]);
     let stored =
         kept(200, json!({"metadata": {"name": "lrp-node-plan"}, "data": {node::PLAN_KEY: plan.to_json()}})).await;
     assert_eq!(stored.expect("the stored plan").plan, plan);

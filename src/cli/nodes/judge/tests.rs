@@ -2,19 +2,16 @@ use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo, PodSpec, PodTemplateSpec};
 
 use super::*;
+use crate::node::fixtures::{CLUSTER_IP_ENDPOINT, plan, plan_target as target};
 use crate::node::mirror::{Mirror, MirrorFault, MirrorProblem, Via};
-use crate::node::{CaProblem, HostEntry, NodePlan, Refusal, Rules};
+use crate::node::{CaProblem, Refusal};
 use crate::pull::fixtures::registry;
 
 const ADDRESS: &str = "registry.reg.svc.cluster.local:5000";
 
-fn target() -> NodePlanTarget {
-    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default() }
-}
-
 /// The plan mapping the published cluster DNS name to its ClusterIP, with `refused` addresses.
 fn decided(refused: &[&str]) -> Result<node::Decision, String> {
-    let plan = NodePlan { hosts: vec![HostEntry::plain(ADDRESS, "http://10.96.0.12:5000")], ..NodePlan::default() };
+    let plan = plan(&[ADDRESS]);
     let refused = refused.iter().map(|a| (a.to_string(), Refusal::NotAllowed)).collect();
     Ok(node::Decision { plan, refused, ..node::Decision::default() })
 }
@@ -154,7 +151,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     let published = registry(None);
     let found = agents(Ok(&["a", "docker-b"]), true);
     let (section, not_done) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
-    assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to http://10.96.0.12:5000"));
+    assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to {CLUSTER_IP_ENDPOINT}"));
     assert!(
         section.lines[2].starts_with("  what every node pulls is decided in these namespaces, so only cluster admins")
     );
@@ -173,7 +170,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     assert_eq!(
         section.lines[1],
         format!(
-            "  {ADDRESS} is mirrored: a hosts.toml sends its pulls to http://10.96.0.12:5000 first, then to https://registry-1.docker.io"
+            "  {ADDRESS} is mirrored: a hosts.toml sends its pulls to {CLUSTER_IP_ENDPOINT} first, then to https://registry-1.docker.io"
         )
     );
 }
