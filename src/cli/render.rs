@@ -8,7 +8,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use kube::core::SelectorExt;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::text::{say, shout};
 use super::{EXIT_INVALID, EXIT_NONE, EXIT_READER_REJECTS};
@@ -67,15 +66,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
             shout!("{}: {} ({})", registry.id, problem.message, problem.fault.as_str());
         }
     }
-    let memory = Memory::default();
-    let decision = publish::decide(&publish::Input {
-        registries: &registries,
-        stored: None,
-        memory: &memory,
-        leading: true,
-        now: Instant::now(),
-        settings,
-    });
+    let decision = publish::decide(&publish::Input::new(&registries, None, &Memory::default(), true, settings));
     match decision.action {
         Action::Apply { configmap, document: Some(_) } => {
             if let Some(published) = &decision.published {

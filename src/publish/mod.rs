@@ -41,6 +41,20 @@ pub struct Input<'a> {
     pub settings: &'a Settings,
 }
 
+impl<'a> Input<'a> {
+    /// A pass now over `registries` and the ConfigMap as `stored`, with what `memory` remembers of earlier passes,
+    /// by the leader if `leading`. One-off passes (doctor, render) decide as the leader with nothing remembered.
+    pub fn new(
+        registries: &'a Registries,
+        stored: Option<&'a Stored>,
+        memory: &'a Memory,
+        leading: bool,
+        settings: &'a Settings,
+    ) -> Self {
+        Self { registries, stored, memory, leading, now: Instant::now(), settings }
+    }
+}
+
 /// What to do to the ConfigMap.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -215,24 +229,10 @@ pub fn decide(input: &Input) -> Decision {
     let subject = writing_for.map_or_else(|| configmap::reference(settings, stored), |r| r.reference.clone());
 
     let published_now = readers_see(stored, registries);
+    // Followers watch and decide, so they are ready to take over, but only the leader writes and tells.
     if !input.leading {
-        // Followers watch and decide, so they are ready to take over, but only the leader writes and tells.
-        let (document, notices, held_back, held) = (stored.and_then(Stored::ours).cloned(), Vec::new(), None, false);
-        let (action, published) = (Action::Keep, published_now.clone());
-        return Decision {
-            action,
-            published,
-            published_now,
-            kept,
-            document,
-            subject,
-            notices,
-            confirmation: None,
-            recheck_after,
-            held_back,
-            held,
-            memory,
-        };
+        (action, held_back) = (Action::Keep, None);
+        notices.clear();
     }
     let mut held = false;
     if action != Action::Keep {
@@ -257,7 +257,7 @@ pub fn decide(input: &Input) -> Decision {
     // The winner is told it is published once readers see its document, whoever wrote it: now, or once this pass's
     // write went through.
     let mut confirmation = None;
-    if let Some(Registry { document: Ok(wanted), reference, .. }) = winner {
+    if let (true, Some(Registry { document: Ok(wanted), reference, .. })) = (input.leading, winner) {
         let told = || Notice::new(reference, Reason::Published, format!("published to {target}: {wanted}"));
         match &action {
             // Writing the winner's document: told once the write went through.

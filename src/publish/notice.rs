@@ -69,6 +69,13 @@ impl Notice {
         Self { regarding: regarding.clone(), reason, message: message.into() }
     }
 
+    /// A write the API server refused (`operation`: apply or delete, of the ConfigMap `target`, refused with
+    /// `refusal`), told on the registry it was for, else the ConfigMap (`subject`).
+    pub fn publish_failed(subject: &ObjectReference, operation: &str, target: &str, refusal: &str) -> Self {
+        let message = format!("could not {operation} {target}: {refusal}; what readers see is unchanged");
+        Self::new(subject, Reason::PublishFailed, message)
+    }
+
     /// Whether it is about this object.
     pub fn regards(&self, namespace: &str, name: &str) -> bool {
         self.regarding.namespace.as_deref() == Some(namespace) && self.regarding.name.as_deref() == Some(name)
@@ -87,5 +94,17 @@ mod tests {
         for (namespace, name) in [("reg", "other"), ("other", "zot"), ("other", "other")] {
             assert!(!notice.regards(namespace, name), "{namespace}/{name}");
         }
+    }
+
+    #[test]
+    fn a_refused_write_says_what_was_refused_by_whom_and_that_readers_see_no_change() {
+        let zot = ObjectReference { namespace: Some("reg".into()), name: Some("zot".into()), ..Default::default() };
+        let notice =
+            Notice::publish_failed(&zot, "apply", "kube-public/local-registry-hosting", "forbidden (Forbidden)");
+        assert_eq!((notice.reason, notice.regards("reg", "zot")), (Reason::PublishFailed, true));
+        assert_eq!(
+            &*notice.message,
+            "could not apply kube-public/local-registry-hosting: forbidden (Forbidden); what readers see is unchanged"
+        );
     }
 }

@@ -272,7 +272,18 @@ fn a_follower_decides_but_neither_writes_nor_tells() {
     assert_eq!(fresh.action, Action::Keep);
     assert!(fresh.notices.is_empty() && fresh.published.is_none());
     let current = stored(true, Some(&doc(&zot)));
-    assert_eq!(follower(Some(&current)).published.map(|p| p.registry), Some(zot.id), "it knows what readers see");
+    let knows = follower(Some(&current));
+    assert!(knows.notices.is_empty() && knows.confirmation.is_none(), "the leader tells it is published");
+    assert_eq!(knows.document.as_ref(), Some(&doc(&zot)));
+    assert_eq!(knows.published.map(|p| p.registry), Some(zot.id.clone()), "it knows what readers see");
+    let mut other = doc(&zot);
+    other.host = Some("localhost:1".into());
+    let foreign = Stored { owned: false, writer: Some("kind".into()), ..stored(false, Some(&other)) };
+    let waits = follower(Some(&foreign));
+    assert!(waits.held_back.is_none() && waits.notices.is_empty() && !waits.held, "{waits:?}");
+    let stale = follower(Some(&stored(true, Some(&other))));
+    assert_eq!(stale.action, Action::Keep, "what the leader would write, a follower does not");
+    assert_eq!(stale.document, Some(other));
 }
 
 #[test]

@@ -14,8 +14,6 @@ mod judge;
 
 use std::process::ExitCode;
 
-use tokio::time::Instant;
-
 use kube::Client;
 
 use super::controllers::controller_pods;
@@ -71,17 +69,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         return ExitCode::from(EXIT_UNREACHABLE);
     };
     let registries = registry::registries(&cluster, settings);
-    let memory = Memory::default();
     let stored = cluster.stored();
-    let input = publish::Input {
-        registries: &registries,
-        stored,
-        memory: &memory,
-        leading: true,
-        now: Instant::now(),
-        settings,
-    };
-    let decision = publish::decide(&input);
+    let decision = publish::decide(&publish::Input::new(&registries, stored, &Memory::default(), true, settings));
     let ids = registries.counted.iter().map(|r| &r.id).chain(registries.ignored.iter().map(|r| &r.id));
     let events = gather::controller_events(&client, ids.map(|id| id.namespace.as_str())).await;
     let unknown_labels = gather::unknown_namespace_labels(&client).await;

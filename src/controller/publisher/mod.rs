@@ -193,20 +193,13 @@ impl Publisher {
         let registries = registry::registries(cluster, &self.settings);
         let stored = cluster.stored();
         let leading = *self.context.leading.borrow();
-        let input = publish::Input {
-            registries: &registries,
-            stored,
-            memory: &self.memory,
-            leading,
-            now: Instant::now(),
-            settings: &self.settings,
-        };
+        let input = publish::Input::new(&registries, stored, &self.memory, leading, &self.settings);
         let mut decision = publish::decide(&input);
         self.memory = std::mem::take(&mut decision.memory);
         let registry = decision.published.as_ref().map(|p| &p.registry);
         let written = self.carry_out(&decision.action, stored, registry).await;
         let recheck_after = decision.recheck_after;
-        self.report(decision, &written, leading);
+        self.report(decision, &written);
         written.map(|_| recheck_after)
     }
 
@@ -253,8 +246,9 @@ impl Publisher {
         Ok(Some(left))
     }
 
-    /// Tells what the pass did: readiness, metrics, the log, Events, and the registry readers see now.
-    fn report(&mut self, decision: Decision, written: &Result<Option<Left>, Error>, leading: bool) {
+    /// Tells what the pass did: readiness, metrics, the log, Events, and the registry readers see now. A follower's
+    /// decision writes and tells nothing (see [`publish::decide`]), so for a follower this reports what readers see.
+    fn report(&mut self, decision: Decision, written: &Result<Option<Left>, Error>) {
         let Decision {
             action,
             published,
@@ -268,11 +262,6 @@ impl Publisher {
             held,
             ..
         } = decision;
-        if !leading {
-            self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
-            self.hand_on(published, kept);
-            return;
-        }
         if held_back != self.held_back {
             if let Some(why) = &held_back {
                 warn!("{why}");
@@ -300,13 +289,8 @@ impl Publisher {
                 // Readers keep seeing what they saw before.
                 self.hand_on(published_now, kept);
                 health.set_failed_writes(health.failed_writes() + 1);
-                let message = format!(
-                    "could not {} {}: {}; what readers see is unchanged",
-                    error.metric_label(),
-                    self.settings.target(),
-                    error.refusal()
-                );
-                notices.push(Notice::new(&subject, Reason::PublishFailed, message));
+                let target = self.settings.target();
+                notices.push(Notice::publish_failed(&subject, error.metric_label(), &target, &error.refusal()));
             }
         }
         self.events.record(notices);

@@ -1,7 +1,6 @@
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use tokio::time::Instant;
 
 use super::*;
 use crate::cli::probe::Probe;
@@ -24,15 +23,7 @@ fn pod(name: &str, genuine: Option<bool>) -> ControllerPod {
 fn decide(counted: Vec<Registry>, ignored: Vec<registry::Ignored>, stored: Option<&Stored>) -> (Registries, Decision) {
     let registries = Registries { counted, ignored };
     let (settings, memory) = (Settings::default(), Memory::default());
-    let input = Input {
-        registries: &registries,
-        stored,
-        memory: &memory,
-        leading: true,
-        now: Instant::now(),
-        settings: &settings,
-    };
-    let decision = crate::publish::decide(&input);
+    let decision = crate::publish::decide(&Input::new(&registries, stored, &memory, true, &settings));
     (registries, decision)
 }
 
