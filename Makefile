@@ -14,7 +14,9 @@ demo:
 	  LRP_TOOLS_DIR=$$tools $(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
 ## test: build the tools and the controller image if needed, then run every unit and integration test on the main
-## pin, and the cluster test files again on the tested window's other ends (the chart's floor and the newest minor)
+## pin, and the cluster test files again on the tested window's other ends (the chart's floor and the newest minor).
+## The windows' other ends (hack/tools.sh window) are built in the background while the main pin's tests run
+## (their log: target/tools-window.log), since only the last runs use them
 # Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
 CLUSTER_TESTS := --test smoke --test publisher --test tenancy --test addresses --test failures --test operations \
 	--test outage --test chart --test pull_secrets --test cli
@@ -26,8 +28,15 @@ NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=
 	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry runtime_conformance
 CONTAINERD_RERUN := 1.7 2.3
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
-test: tools image
-	$(CARGO) test --workspace -- --test-threads=8
+test: image
+	@main=$$(hack/tools.sh main) || exit 1; \
+	echo "[test] building the tested windows' other ends in the background (target/tools-window.log)"; \
+	setsid hack/tools.sh window >target/tools-window.log 2>&1 & window=$$!; \
+	echo "$(CARGO) test --workspace -- --test-threads=8"; \
+	LRP_TOOLS_DIR=$$main $(CARGO) test --workspace -- --test-threads=8; status=$$?; \
+	if [ $$status != 0 ]; then kill -- -$$window 2>/dev/null; exit $$status; fi; \
+	echo "[test] waiting for the windows' tools"; \
+	wait $$window || { tail -n 40 target/tools-window.log >&2; echo "[test] hack/tools.sh window failed" >&2; exit 1; }
 	@for minor in $(KUBE_WINDOW); do \
 	  echo "[test] the cluster test files against Kubernetes $$minor"; \
 	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
@@ -96,11 +105,11 @@ mutants:
 
 ## lint: formatting, clippy, every dependency's license and RustSec advisories (cargo-deny, deny.toml), and the
 ## GitHub workflows (actionlint, with shellcheck over their scripts), as CI runs them
-lint: tools
+lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	hack/deny.sh
-	"$$(hack/tools.sh --dir)/actionlint" -shellcheck "$$(command -v shellcheck)"
+	"$$(hack/tools.sh actionlint)/actionlint" -shellcheck "$$(command -v shellcheck)"
 
 ## version: move the crate, the chart, the manifests, the Dockerfile and the CHANGELOG to VERSION (hack/version.sh)
 version:

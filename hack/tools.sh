@@ -6,9 +6,11 @@
 #   hack/tools.sh [SET|TOOL...]        build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir [SET|TOOL...]  print that directory only (exit 1 when something is not built yet)
 #
-# With no name every tool is built (`make test`, `make lint`); `demo` names the demo's own tools (`make demo`,
-# `make up`), so a first demo does not wait for the tested window's control planes, the older containerd, krew,
-# syft and actionlint. A name may also be one tool's (helm, k8s-1.25).
+# With no name every tool is built; `demo` names the demo's own tools (`make demo`, `make up`), so a first demo does
+# not wait for the tested window's control planes, the older containerd, krew, syft and actionlint. `window` names the
+# tested windows' other ends (the older and newer Kubernetes control planes, the other containerd releases), which
+# only the last runs of `make test` use, and `main` every other tool: `make test` builds `main` first and `window` in
+# the background while the main pins' tests run. A name may also be one tool's (helm, k8s-1.25).
 #
 # Each tool is one Go module under tools/<name> (go.mod and go.sum committed). A build lands in
 # $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum, the module's own sources and this script>/ and is reused until one of those
@@ -65,6 +67,13 @@ tools() {
   echo "actionlint|$(module_version actionlint github.com/rhysd/actionlint)|actionlint=github.com/rhysd/actionlint/cmd/actionlint"
   echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
   echo "syft|$(module_version syft github.com/anchore/syft)|syft=github.com/anchore/syft/cmd/syft"
+}
+
+# The tested windows' other ends: the tools only LRP_KUBE_VERSION and LRP_CONTAINERD runs use.
+window_tools() {
+  local minor
+  for minor in $k8s_window; do printf 'k8s-%s ' "$minor"; done
+  for minor in $containerd_window; do printf 'containerd-%s ' "$minor"; done
 }
 
 # The tools `make demo` runs: the control plane and kubectl (k8s), etcd, kwok, and the real node (containerd, runc,
@@ -189,6 +198,8 @@ main() {
   for arg in "$@"; do
     case $arg in
       demo) wanted+=" $demo_tools" ;;
+      window) wanted+=" $(window_tools)" ;;
+      main) wanted+=" $(tools | cut -d'|' -f1 | grep -vxF "$(window_tools | tr ' ' '\n')" | xargs)" ;;
       all) wanted="" ; break ;;
       *) wanted+=" $arg" ;;
     esac
