@@ -36,32 +36,48 @@ fn daemonset(name: &str, plan_flag: &str) -> serde_json::Value {
             {"name": "node-agent", "image": "i", "args": ["node-agent", plan_flag]}]}}}})
 }
 
-#[tokio::test]
-async fn the_agents_are_the_daemonset_passing_the_plan_its_labelled_pods_their_states_and_events() {
+type Answer = (u16, serde_json::Value);
+
+/// What `agents` reads when the API server answers its five lists (nodes, the labelled DaemonSets and pods, the
+/// states, the Events, in that order) with `answers`.
+async fn agents_answered(answers: [Answer; 5]) -> Agents {
     let (client, mut server) = mock_api::pair();
     let labelled = "labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent";
+    let uris = [
+        "/api/v1/nodes?".to_string(),
+        format!("/apis/apps/v1/namespaces/lrp/daemonsets?&{labelled}"),
+        format!("/api/v1/namespaces/lrp/pods?&{labelled}"),
+        "/apis/local-registry-publisher.io/v1alpha1/namespaces/lrp/nodepullstates?".to_string(),
+        "/apis/events.k8s.io/v1/namespaces/lrp/events?".to_string(),
+    ];
     let script = async {
-        let nodes = list("NodeList", vec![json!({"metadata": {"name": "a"}})]);
-        server.get("/api/v1/nodes?", 200, nodes).await;
-        let daemonsets = vec![
-            daemonset("other", "--node-plan-configmap=other-plan"),
-            daemonset("ours", &format!("--{}=lrp-node-plan", keys::chart::NODE_PLAN_FLAG)),
-        ];
-        server
-            .get(
-                &format!("/apis/apps/v1/namespaces/lrp/daemonsets?&{labelled}"),
-                200,
-                list("DaemonSetList", daemonsets),
-            )
-            .await;
-        let pods = list("PodList", vec![json!({"metadata": {"name": "agent-a"}})]);
-        server.get(&format!("/api/v1/namespaces/lrp/pods?&{labelled}"), 200, pods).await;
-        let states = "/apis/local-registry-publisher.io/v1alpha1/namespaces/lrp/nodepullstates?";
-        server.get(states, 403, status(403, "Forbidden")).await;
-        server.get("/apis/events.k8s.io/v1/namespaces/lrp/events?", 200, list("EventList", Vec::new())).await;
+        for (uri, (code, body)) in uris.iter().zip(answers) {
+            server.get(uri, code, body).await;
+        }
     };
     let target = target();
     let (found, ()) = tokio::join!(agents(&client, &target), script);
+    found
+}
+
+fn forbidden() -> Answer {
+    (403, status(403, "Forbidden"))
+}
+
+#[tokio::test]
+async fn the_agents_are_the_daemonset_passing_the_plan_its_labelled_pods_their_states_and_events() {
+    let daemonsets = vec![
+        daemonset("other", "--node-plan-configmap=other-plan"),
+        daemonset("ours", &format!("--{}=lrp-node-plan", keys::chart::NODE_PLAN_FLAG)),
+    ];
+    let found = agents_answered([
+        (200, list("NodeList", vec![json!({"metadata": {"name": "a"}})])),
+        (200, list("DaemonSetList", daemonsets)),
+        (200, list("PodList", vec![json!({"metadata": {"name": "agent-a"}})])),
+        forbidden(),
+        (200, list("EventList", Vec::new())),
+    ])
+    .await;
     assert_eq!(found.nodes.expect("nodes").len(), 1);
     assert_eq!(found.daemonset.and_then(|d| d.metadata.name).as_deref(), Some("ours"));
     assert_eq!(found.pods.len(), 1);
@@ -71,25 +87,14 @@ async fn the_agents_are_the_daemonset_passing_the_plan_its_labelled_pods_their_s
 
 #[tokio::test]
 async fn without_a_daemonset_passing_the_plan_there_is_none_and_refused_reads_are_kept_as_what_to_say() {
-    let (client, mut server) = mock_api::pair();
-    let labelled = "labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent";
-    let script = async {
-        server.get("/api/v1/nodes?", 403, status(403, "Forbidden")).await;
-        let daemonsets = vec![daemonset("prefix", "--node-plan-configmap=lrp-node-plan-2")];
-        server
-            .get(
-                &format!("/apis/apps/v1/namespaces/lrp/daemonsets?&{labelled}"),
-                200,
-                list("DaemonSetList", daemonsets),
-            )
-            .await;
-        server.get(&format!("/api/v1/namespaces/lrp/pods?&{labelled}"), 403, status(403, "Forbidden")).await;
-        let states = "/apis/local-registry-publisher.io/v1alpha1/namespaces/lrp/nodepullstates?";
-        server.get(states, 200, list("NodePullStateList", Vec::new())).await;
-        server.get("/apis/events.k8s.io/v1/namespaces/lrp/events?", 403, status(403, "Forbidden")).await;
-    };
-    let target = target();
-    let (found, ()) = tokio::join!(agents(&client, &target), script);
+    let found = agents_answered([
+        forbidden(),
+        (200, list("DaemonSetList", vec![daemonset("prefix", "--node-plan-configmap=lrp-node-plan-2")])),
+        forbidden(),
+        (200, list("NodePullStateList", Vec::new())),
+        forbidden(),
+    ])
+    .await;
     assert!(found.nodes.is_err_and(|why| why.contains("Forbidden")));
     assert!(found.daemonset.is_none(), "a plan named alike is another plan");
     assert!(found.pods.is_empty() && found.events.is_empty());

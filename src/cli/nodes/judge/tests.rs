@@ -55,16 +55,6 @@ fn agents(nodes: Result<&[&str], &str>, daemonset: bool) -> Agents {
     }
 }
 
-fn judged(
-    published: Option<&Published>,
-    kept: bool,
-    agents: Option<&NodePlanTarget>,
-    decided: &Result<node::Decision, String>,
-    found: Option<&Agents>,
-) -> (Section, Vec<String>) {
-    super::section(published, kept, agents, decided, found)
-}
-
 fn text(section: &Section) -> String {
     section.lines.join("\n")
 }
@@ -74,7 +64,7 @@ fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_
     let target = target();
     let published = registry(None);
     let unreadable = Err("configmaps \"lrp-node-plan\" is forbidden".to_string());
-    let (section, not_done) = judged(Some(&published), true, Some(&target), &unreadable, None);
+    let (section, not_done) = super::section(Some(&published), true, Some(&target), &unreadable, None);
     assert_eq!(section.lines[0], "\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
     assert!(section.lines[1].starts_with("  the published registry has a problem (above), so its last good document"));
     assert_eq!(
@@ -83,7 +73,7 @@ fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_
     );
     assert!(!section.wrong && not_done.is_empty());
     // Not kept: no word of a problem.
-    let (section, _) = judged(Some(&published), false, Some(&target), &empty(), None);
+    let (section, _) = super::section(Some(&published), false, Some(&target), &empty(), None);
     assert!(!text(&section).contains("has a problem"), "{section:?}");
 }
 
@@ -93,19 +83,19 @@ fn an_unusable_ca_bundle_fails_and_a_tls_registry_without_one_is_told_as_pulled_
     let published = registry(None);
     let problem = CaProblem::Annotation { value: "nonsense".into(), namespace: "reg".into() };
     let unusable = Ok(node::Decision { ca_problem: Some(problem), ..node::Decision::default() });
-    let (failed, _) = judged(Some(&published), false, Some(&target), &unusable, None);
+    let (failed, _) = super::section(Some(&published), false, Some(&target), &unusable, None);
     assert!(failed.wrong);
     assert!(failed.lines[1].starts_with("  the registry serves TLS and its CA bundle cannot be used"), "{failed:?}");
     assert!(failed.lines[1].ends_with(" (as read by this identity)"), "{failed:?}");
 
     let mut tls = registry(None);
     tls.ports.tls = true;
-    let (told, _) = judged(Some(&tls), false, Some(&target), &empty(), None);
+    let (told, _) = super::section(Some(&tls), false, Some(&target), &empty(), None);
     assert!(!told.wrong);
     assert!(
         told.lines[1].starts_with("  the registry serves TLS: nodes are configured for it only with its CA bundle")
     );
-    let (plain, _) = judged(Some(&published), false, Some(&target), &empty(), None);
+    let (plain, _) = super::section(Some(&published), false, Some(&target), &empty(), None);
     assert_eq!(
         plain.lines[1],
         "  no published address needs a hosts.toml: each node's containerd pulls them as they are"
@@ -117,10 +107,15 @@ fn an_unusable_ca_bundle_fails_and_a_tls_registry_without_one_is_told_as_pulled_
 fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror_fails() {
     let target = target();
     let published = registry(None);
-    let (_, not_done) =
-        judged(Some(&published), false, Some(&target), &decided(&["docker.io"]), Some(&agents(Ok(&["a"]), true)));
+    let (_, not_done) = super::section(
+        Some(&published),
+        false,
+        Some(&target),
+        &decided(&["docker.io"]),
+        Some(&agents(Ok(&["a"]), true)),
+    );
     assert_eq!(not_done[0], format!("docker.io gets no node file: it {}", Refusal::NotAllowed));
-    let (off, not_done) = judged(Some(&published), false, None, &decided(&["docker.io"]), None);
+    let (off, not_done) = super::section(Some(&published), false, None, &decided(&["docker.io"]), None);
     assert!(not_done.is_empty(), "with the agents off no address gets a file: {not_done:?}");
     assert!(
         text(&off)
@@ -136,7 +131,7 @@ fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror
         mirror_problems: vec![MirrorProblem { mirror, fault: MirrorFault::Missing }],
         ..node::Decision::default()
     });
-    let (section, _) = judged(Some(&published), false, Some(&target), &broken, None);
+    let (section, _) = super::section(Some(&published), false, Some(&target), &broken, None);
     assert!(section.wrong, "{section:?}");
     assert!(section.lines[1].contains("docker.io"), "{section:?}");
     assert_eq!(
@@ -150,7 +145,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     let target = target();
     let published = registry(None);
     let found = agents(Ok(&["a", "docker-b"]), true);
-    let (section, not_done) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
+    let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
     assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to {CLUSTER_IP_ENDPOINT}"));
     assert!(
         section.lines[2].starts_with("  what every node pulls is decided in these namespaces, so only cluster admins")
@@ -166,7 +161,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
 
     let mut mirrored = decided(&[]).expect("a decision");
     mirrored.plan.hosts[0].server = Some("https://registry-1.docker.io".into());
-    let (section, _) = judged(Some(&published), false, Some(&target), &Ok(mirrored), Some(&found));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &Ok(mirrored), Some(&found));
     assert_eq!(
         section.lines[1],
         format!(
@@ -180,7 +175,7 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
     let target = target();
     let published = registry(None);
     let unlisted = agents(Err("nodes is forbidden"), true);
-    let (section, _) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&unlisted));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&unlisted));
     assert_eq!(
         section.lines.last().map(String::as_str),
         Some("  nodes cannot be listed with this identity: nodes is forbidden")
@@ -188,7 +183,7 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
     assert!(!section.wrong);
 
     let without = agents(Ok(&["a"]), false);
-    let (section, _) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&without));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&without));
     assert_eq!(
         section.lines.last().map(String::as_str),
         Some("  no node agent DaemonSet in namespace lrp follows the plan lrp-node-plan: is nodeAgent.enabled set?")
@@ -197,7 +192,7 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
 
     let mut stateless = agents(Ok(&["docker-a"]), true);
     stateless.states = Err("nodepullstates is forbidden".into());
-    let (section, not_done) = judged(Some(&published), false, Some(&target), &decided(&[]), Some(&stateless));
+    let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&stateless));
     assert!(text(&section).contains(
         "  the nodes' states (NodePullState) cannot be read with this identity: nodepullstates is forbidden"
     ));
