@@ -466,7 +466,7 @@ fn each_test_the_containerd_rerun_names_exists() {
     let binaries: Vec<&str> = cargo_args.split_whitespace().filter(|a| *a != "--test").collect();
     assert!(!binaries.is_empty() && cargo_args.matches("--test ").count() == binaries.len(), "{cargo_args}");
     let tests: Vec<String> =
-        binaries.iter().flat_map(|binary| test_names(&root().join(format!("tests/{binary}.rs")))).collect();
+        binaries.iter().flat_map(|binary| binary_sources(binary)).flat_map(|f| test_names(&f)).collect();
     let filters: Vec<&str> = test_args.split_whitespace().filter(|a| !a.starts_with("--")).collect();
     assert!(filters.len() >= 5, "{test_args}");
     for filter in filters {
@@ -543,6 +543,18 @@ fn every_containerd_release_the_docs_name_is_in_the_window_runs_record() {
             );
         }
     }
+}
+
+/// The source files of the test binary `binary`: `tests/<binary>.rs`, or each file of `tests/<binary>/`.
+fn binary_sources(binary: &str) -> Vec<std::path::PathBuf> {
+    let file = root().join(format!("tests/{binary}.rs"));
+    if file.exists() {
+        return vec![file];
+    }
+    let dir = root().join(format!("tests/{binary}"));
+    let listed = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: no test binary {binary}: {e}", dir.display()));
+    let files: Vec<_> = listed.map(|entry| entry.expect("a directory entry").path()).collect();
+    files.into_iter().filter(|path| path.extension().is_some_and(|e| e == "rs")).collect()
 }
 
 /// The test functions a test file declares (an attribute line `#[test]` or `#[tokio::test...]`, then its `fn`).
