@@ -1,6 +1,6 @@
 //! `doctor`'s node section: for each node, whether its containerd can pull every published address that needs a
 //! `hosts.toml` (see [`crate::node`]), as the node agent on that node last found it (its NodePullState), and why
-//! not when it cannot; [`verdict`] decides each node's line.
+//! not when it cannot. [`gather`] reads, [`judge`] decides the section (pure) and [`verdict`] each node's line in it.
 
 mod gather;
 mod judge;
