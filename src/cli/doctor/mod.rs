@@ -9,7 +9,7 @@
 //! Exit status as `get`: 0 all is well; 3 nothing is published; 4 something is wrong (said in the output);
 //! 5 the cluster could not be read.
 //!
-//! Each section is read by [`gather`] (API calls only), judged by [`judge`] (pure: its lines, whether it is wrong,
+//! Each section is read by `gather` (API calls only), judged by `judge` (pure: its lines, whether it is wrong,
 //! the exit status) and printed here, escaped.
 
 mod gather;
