@@ -12,6 +12,7 @@ use crate::node::api::state::NodePullState;
 use crate::node::{self, NodePlan, NodePlanTarget};
 use crate::publish::Published;
 use crate::watch::{self, sets::NodeWatches};
+use crate::watching::equal;
 
 /// The node decision in force for `published`: while readers keep a document whose registry now has a problem
 /// (`kept`), the plan the running controller stored for it, as agents read it (`Err` when it cannot be read);
@@ -55,7 +56,7 @@ pub struct Agents {
 /// The nodes, and the agents of the plan `agents` names with their states and Events.
 pub async fn agents(client: &Client, agents: &NodePlanTarget) -> Agents {
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
-    let labelled = ListParams::default().labels(&format!("{}={}", keys::chart::COMPONENT, keys::chart::NODE_AGENT));
+    let labelled = ListParams::default().labels_from(&equal(keys::chart::COMPONENT, keys::chart::NODE_AGENT));
     let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &agents.namespace);
     let daemonset = daemonsets.list(&labelled).await.ok().and_then(|listed| following(listed.items, agents));
     let pods = Api::<Pod>::namespaced(client.clone(), &agents.namespace);
