@@ -125,15 +125,14 @@ pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str
     ExitCode::SUCCESS
 }
 
-/// The node port whose published host needs a node's InternalIP, when nothing else (a load balancer, an annotation)
+/// The node's port whose published host needs a node's InternalIP, when nothing else (a load balancer, an annotation)
 /// gives the host: offline that address does not exist, and dropping `host` silently would mislead.
 fn needs_node_ip(registry: &registry::Registry, settings: &Settings) -> Option<i32> {
     let host_missing = registry.document.as_ref().is_ok_and(|d| d.host.is_none());
     if !host_missing || !registry::needs_node_address(&registry.origin, settings) {
         return None;
     }
-    let ports = registry.service.spec.as_ref()?.ports.as_ref()?;
-    ports.iter().find_map(|p| p.node_port)
+    registry.ports.node
 }
 
 fn read_input(input: &str) -> std::io::Result<String> {

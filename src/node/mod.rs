@@ -16,7 +16,6 @@ use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::ResourceExt;
 
 use crate::hosting::Field;
 use crate::hosting::address::Host;
@@ -187,13 +186,13 @@ pub fn decide(published: Option<&Published>, observed: &Observed, rules: &Rules)
 /// Service's ClusterIP (kube-proxy or its replacement serves it to the node too), else the node's own loopback at
 /// its nodePort.
 fn authority(published: &Published) -> Option<String> {
-    let spec = published.service.spec.as_ref()?;
+    let wiring = &published.wiring;
     let port = published.ports.service;
     let authority = |address: &str, port: Option<i32>| Host::normalise(address).ok().map(|host| host.with_port(port));
-    if spec.type_.as_deref() == Some("ExternalName") {
-        authority(spec.external_name.as_deref()?, port)
-    } else if let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| ip.parse::<IpAddr>().is_ok()) {
-        authority(ip, Some(port?))
+    if let Some(name) = &wiring.external_name {
+        authority(name, port)
+    } else if let Some(ip) = wiring.cluster_ip {
+        authority(&ip.to_string(), Some(port?))
     } else {
         authority("127.0.0.1", Some(published.ports.node?))
     }
@@ -275,7 +274,7 @@ impl fmt::Display for CaProblem {
 /// Where the CA bundle `published` names is (its [`CA_BUNDLE`] annotation), `None` when it names none; `Err` says
 /// why the annotation cannot be used.
 pub fn ca_source(published: &Published) -> Option<Result<CaSource, CaProblem>> {
-    let value = published.service.annotations().get(CA_BUNDLE)?;
+    let value = published.wiring.ca_bundle.as_ref()?;
     let namespace = &published.registry.namespace;
     let key = |name: &str| WatchKey::in_namespace(namespace).named(name);
     Some(match value.trim().split_once('/') {

@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use tokio::time::Instant;
 
 use crate::hosting::LocalRegistryHostingV1;
 use crate::hosting::configmap::{self, Stored};
-use crate::registry::{Ports, Registries, Registry, ServiceId};
+use crate::registry::{Ports, Registries, Registry, ServiceId, Wiring};
 use crate::settings::Settings;
 pub use fights::{Fights, Gate};
 pub use notice::{Notice, Reason};
@@ -78,8 +78,8 @@ pub struct Published {
     pub registry: ServiceId,
     pub reference: ObjectReference,
     pub document: LocalRegistryHostingV1,
-    /// Its Service as stored (annotations, ports, cluster IP).
-    pub service: Arc<Service>,
+    /// What the concerns that follow it read of its Service.
+    pub wiring: Wiring,
     pub ports: Ports,
     /// The addresses that name its Service alone (see [`Registry::own_addresses`]).
     pub own_addresses: Vec<String>,
@@ -91,7 +91,7 @@ impl Published {
             registry: registry.id.clone(),
             reference: registry.reference.clone(),
             document: document.clone(),
-            service: registry.service.clone(),
+            wiring: registry.wiring.clone(),
             ports: registry.ports,
             own_addresses: registry.own_addresses.clone(),
         }

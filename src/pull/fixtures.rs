@@ -10,18 +10,14 @@ use super::{Observed, WantedNamespace};
 use crate::hosting::LocalRegistryHostingV1;
 use crate::keys;
 use crate::publish::Published;
-use crate::registry::ServiceId;
 use crate::registry::fixtures::service;
+use crate::registry::{ServiceId, Wiring};
 use crate::settings::PullSecrets;
 use crate::watching::WatchKey;
 
 /// The registry readers see, naming `credentials` as its pull credentials.
 pub fn registry(credentials: Option<&str>) -> Published {
-    let mut builder = service("reg", "registry");
-    if let Some(name) = credentials {
-        builder = builder.annotation(keys::service::PULL_SECRET, name);
-    }
-    let service = builder.build();
+    let service = service("reg", "registry").build();
     Published {
         registry: ServiceId { namespace: "reg".into(), name: "registry".into() },
         reference: crate::registry::Identity::of(&service.metadata).reference(),
@@ -30,7 +26,7 @@ pub fn registry(credentials: Option<&str>) -> Published {
             host_from_cluster_network: Some("registry.reg.svc.cluster.local:5000".into()),
             ..LocalRegistryHostingV1::default()
         },
-        service,
+        wiring: Wiring { pull_secret: credentials.map(String::from), ..Wiring::default() },
         ports: crate::registry::Ports { service: Some(5000), node: Some(30500), tls: false },
         own_addresses: Vec::new(),
     }

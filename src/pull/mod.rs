@@ -76,8 +76,8 @@ crate::events::impl_tell!(Notice, |_: &Notice| true);
 
 /// The Secret the published registry's Service names for its pull credentials; an empty annotation names none.
 pub fn credentials_secret(published: &Published) -> Option<(String, String)> {
-    let name = published.service.annotations().get(keys::service::PULL_SECRET)?.trim();
-    (!name.is_empty()).then(|| (published.registry.namespace.clone(), name.to_string()))
+    let name = published.wiring.pull_secret.clone()?;
+    Some((published.registry.namespace.clone(), name))
 }
 
 /// The watches the pull credentials need: the credentials Secret the published registry names, the labelled

@@ -204,7 +204,7 @@ pub fn registry(name: &str, priority: i32, ready: bool) -> Registry {
         ports: super::Ports { service: Some(5000), node: Some(30000 + priority), tls: false },
         own_addresses: vec![format!("localhost:{}", 30000 + priority), format!("{name}.reg.svc.cluster.local:5000")],
         reference: identity.reference(),
-        service,
+        wiring: super::Wiring::default(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! the ones ignored for their namespace.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -144,8 +144,22 @@ pub struct Registry {
     /// The addresses that name this Service alone, whatever its annotations say (see `values::own_addresses`).
     pub own_addresses: Vec<String>,
     pub reference: ObjectReference,
-    /// The Service as stored: what other concerns read of the published registry (its annotations, ports).
-    pub service: Arc<Service>,
+    /// What the concerns that follow the published registry read of its Service.
+    pub wiring: Wiring,
+}
+
+/// What the concerns that follow the published registry (pull credentials, the node plan) read of its Service,
+/// parsed once when the Service is surveyed, so that none of them reads the Service again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wiring {
+    /// The name an ExternalName Service points at: where nodes reach the registry.
+    pub external_name: Option<String>,
+    /// Its ClusterIP, when it has one (not headless, not ExternalName).
+    pub cluster_ip: Option<IpAddr>,
+    /// Its CA-bundle annotation as written: the node concern says what is wrong with it.
+    pub ca_bundle: Option<String>,
+    /// The Secret (in its namespace) its pull-secret annotation names; an empty annotation names none.
+    pub pull_secret: Option<String>,
 }
 
 impl Registry {

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::index::Index;
-use super::{Fault, Identity, Origin, Ports, Problem, Registry, ServiceId, service_id};
+use super::{Fault, Identity, Origin, Ports, Problem, Registry, ServiceId, Wiring, service_id};
 use crate::hosting::address::Host;
 use crate::hosting::{Field, InvalidValue, LocalRegistryHostingV1};
 use crate::keys::service as annotations;
@@ -47,7 +47,21 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         id,
         origin,
         document,
-        service: service.clone(),
+        wiring: wiring(service),
+    }
+}
+
+/// What the concerns that follow the published registry read of its Service.
+fn wiring(service: &Service) -> Wiring {
+    let spec = service.spec.as_ref();
+    let annotation = |key| service.annotations().get(key).cloned();
+    Wiring {
+        external_name: spec.filter(|_| is_external_name(service)).and_then(|s| s.external_name.clone()),
+        cluster_ip: spec.and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse().ok()),
+        ca_bundle: annotation(annotations::CA_BUNDLE),
+        pull_secret: annotation(annotations::PULL_SECRET)
+            .map(|name| name.trim().to_string())
+            .filter(|name| !name.is_empty()),
     }
 }
 
@@ -405,6 +419,35 @@ mod tests {
             host_from_cluster_network: cluster_net.map(Into::into),
             help: help.map(Into::into),
         }
+    }
+
+    #[test]
+    fn the_wiring_is_what_the_following_concerns_read_of_the_service() {
+        let wiring = |service: ServiceBuilder| {
+            let registries = allowed_registries(&labelled(service.port(None, 5000, None)), &Settings::default());
+            registries.into_iter().next().expect("a registry").wiring
+        };
+        let annotated = service("reg", "zot")
+            .cluster_ip("10.96.0.12")
+            .annotation(annotations::CA_BUNDLE, " configmap/zot-ca ")
+            .annotation(annotations::PULL_SECRET, " creds ");
+        assert_eq!(
+            wiring(annotated),
+            Wiring {
+                external_name: None,
+                cluster_ip: Some("10.96.0.12".parse().expect("an IP")),
+                // The node concern judges the annotation as written, so that its message quotes it.
+                ca_bundle: Some(" configmap/zot-ca ".into()),
+                pull_secret: Some("creds".into()),
+            }
+        );
+        let headless = service("reg", "zot").cluster_ip("None").annotation(annotations::PULL_SECRET, "  ");
+        assert_eq!(wiring(headless), Wiring::default(), "a headless Service, an empty annotation: nothing");
+        let external = service("reg", "zot").type_("ExternalName").external_name("registry.example.com");
+        assert_eq!(wiring(external).external_name.as_deref(), Some("registry.example.com"));
+        // Only an ExternalName Service's name is where nodes reach it.
+        let stray = service("reg", "zot").cluster_ip("10.96.0.12").external_name("registry.example.com");
+        assert_eq!(wiring(stray).external_name, None);
     }
 
     #[test]
