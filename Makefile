@@ -70,7 +70,7 @@ REVISION := $(shell git rev-parse HEAD 2>/dev/null)
 image:
 	@[ "$(ARCH)" = "$(HOST_ARCH)" ] || { echo "make image ARCH=$(ARCH): this machine builds $(HOST_ARCH) only; build $(ARCH) on a $(ARCH) machine (docs/development.md)" >&2; exit 2; }
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
-	$(CARGO) run --quiet -p testbed -- image target/release/local-registry-publisher target/image --arch $(ARCH) \
+	$(CARGO) run --quiet -p xtask -- image target/release/local-registry-publisher target/image --arch $(ARCH) \
 	  $(if $(REVISION),--annotation org.opencontainers.image.revision=$(REVISION)) \
 	  $(if $(SOURCE_URL),--annotation org.opencontainers.image.source=$(SOURCE_URL))
 
@@ -120,7 +120,7 @@ version:
 ## CRD from the Rust type (tests fail when any is stale)
 manifests: tools
 	$(CARGO) run --quiet --bin local-registry-publisher -p local-registry-publisher -- crd > charts/local-registry-publisher/crds/nodepullstates.yaml
-	$(CARGO) run --quiet -p testbed -- values-docs charts/local-registry-publisher > charts/local-registry-publisher/README.md
+	$(CARGO) run --quiet -p xtask -- values-docs charts/local-registry-publisher > charts/local-registry-publisher/README.md
 	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
 	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \
 	    --namespace local-registry-publisher --no-hooks; } > deploy/local-registry-publisher.yaml

@@ -160,7 +160,7 @@ sbom() {
   # Normal dependencies of the binary's package only: what ships, not the tests' or the workspace's tools.
   (cd "$root" && "$cyclonedx" cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
     --no-build-deps --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$name-sbom" >/dev/null)
-  rm -f "$root/testbed/$name-sbom.json"
+  rm -f "$root/testbed/$name-sbom.json" "$root/xtask/$name-sbom.json"
   # The image's other files: the C libraries, each from the Debian package `make image` recorded in the image.
   jq --slurpfile debs "$packages" '.components += [$debs[0][] | {type: "library", "bom-ref": .purl, name, version,
       purl, licenses: [{expression: .license}], properties: [{name: "debian:source", value: .source}]}]' \

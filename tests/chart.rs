@@ -305,7 +305,7 @@ fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     let body = committed.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
     assert_eq!(body, rendered, "deploy/ is stale: run `make manifests`");
     let readme = std::fs::read_to_string(root().join("charts/local-registry-publisher/README.md")).expect("README");
-    let generated = testbed::values_docs::render(Path::new(&chart())).expect("every value is documented");
+    let generated = xtask::values_docs::render(Path::new(&chart())).expect("every value is documented");
     assert_eq!(readme, generated, "the chart's README is stale: run `make manifests`");
     let cargo = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
     let chart_yaml = std::fs::read_to_string(root().join("charts/local-registry-publisher/Chart.yaml")).expect("Chart");

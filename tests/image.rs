@@ -72,7 +72,7 @@ fn make_image_agrees_with_the_dockerfile() {
             }
             "LABEL" => expected_labels.extend(labels(&arguments)),
             "FROM" | "COPY" => {}
-            other => panic!("the Dockerfile's final stage has {other}; teach `make image` (testbed::image) about it"),
+            other => panic!("the Dockerfile's final stage has {other}; teach `make image` (xtask::image) about it"),
         }
     }
     let actual_labels: BTreeMap<String, String> = serde_json::from_value(config["Labels"].clone()).unwrap();
@@ -98,7 +98,7 @@ fn make_image_agrees_with_the_dockerfile() {
     let binary = root().join("target/release/local-registry-publisher");
     let entrypoint = config["Entrypoint"][0].as_str().unwrap();
     assert!(files.get(entrypoint) == Some(&std::fs::read(&binary).unwrap()), "the release binary at {entrypoint}");
-    for library in testbed::image::linked_libraries(&binary).unwrap() {
+    for library in xtask::image::linked_libraries(&binary).unwrap() {
         assert!(files.contains_key(&library.display().to_string()), "{} is in the image", library.display());
     }
     let size: u64 = manifest["layers"][0]["size"].as_u64().unwrap() + manifest["config"]["size"].as_u64().unwrap();

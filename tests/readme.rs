@@ -15,7 +15,7 @@ use support::root;
 use serde_json::json;
 use support::{SOON_ON_A_NODE, apply_in, ok, wait_until};
 use testbed::ControlPlane;
-use testbed::image::Image;
+use xtask::image::Image;
 
 const RELEASE: &str = "local-registry-publisher";
 
@@ -110,7 +110,7 @@ fn publish_release(registry: &str) -> String {
     let repository = format!("{registry}/local-registry-publisher");
     let version = env!("CARGO_PKG_VERSION");
     let binary = root().join("target/release/local-registry-publisher");
-    let layout = testbed::image::controller_copy(&binary, &home, version, "released").expect("image").layout;
+    let layout = xtask::image::controller_copy(&binary, &home, version, "released").expect("image").layout;
     let script = format!(
         "hack/dist.sh chart {dir} {repository}\n\
          for i in $(seq 60); do crane push --insecure {layout} {repository}:{version} && break; sleep 0.5; done\n\

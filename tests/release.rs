@@ -127,7 +127,7 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     for shipped in ["kube", "tokio", "rustls", "k8s-openapi"] {
         assert!(components.contains(&shipped), "{shipped} is in the SBOM: {components:?}");
     }
-    for test_only in ["testbed", "proptest", "tar", "rcgen"] {
+    for test_only in ["testbed", "xtask", "proptest", "tar", "rcgen"] {
         assert!(!components.contains(&test_only), "{test_only} is a test dependency, not shipped");
     }
     let debian: Vec<&Value> = sbom["components"]

@@ -8,13 +8,11 @@
 
 mod components;
 pub mod demo;
-pub mod image;
 pub mod node;
 mod pki;
 pub use pki::{PrivateTls, private_tls};
 mod process;
 pub mod tools;
-pub mod values_docs;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -42,6 +40,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 pub enum Error {
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("image: {0}")]
+    Image(#[from] xtask::Error),
     #[error("certificates: {0}")]
     Certificates(#[from] rcgen::Error),
     #[error("cannot start {program}: {source}")]

@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use testbed::ControlPlane;
 
 const USAGE: &str = "usage: testbed up [--real-node] | testbed demo <path to local-registry-publisher>
-       testbed image <release binary> <output directory> [--arch <arch>] [--annotation <key>=<value>]...
-       testbed values-docs <chart directory>
 
 Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 with one simulated node) on free loopback ports, prints its KUBECONFIG, and runs until Ctrl-C or SIGTERM, then
@@ -16,12 +14,6 @@ stops every process and removes its directory. The first run builds the Go tools
 --real-node adds a real node (containerd, runc, kubelet, kube-proxy, CoreDNS) in a network namespace of its own,
 wired to the machine by a veth; the API server then listens on the machine's end of that veth. It needs root and
 cgroups, and says which is missing.
-
-`image` writes the controller's OCI image (layout directory and archive) without a Docker engine: the binary,
-the libraries it links, and the Dockerfile's user, entrypoint, port and labels. --arch names the architecture the
-binary was built for (default amd64); each --annotation adds an org.opencontainers.image.* annotation.
-
-`values-docs` prints the chart's README, generated from the comments in its values.yaml.
 
 `demo` starts the same control plane, deploys a sample registry, runs the controller, prints what it
 publishes, changes the registry's nodePort, shows the ConfigMap follow, and stops everything.";
@@ -32,17 +24,6 @@ fn main() -> ExitCode {
         ["up"] => up(testbed::Options::default()),
         ["up", "--real-node"] => up(testbed::Options { real_node: true, ..Default::default() }),
         ["demo", controller] => demo(std::path::Path::new(controller)),
-        ["image", binary, out, options @ ..] => image(std::path::Path::new(binary), std::path::Path::new(out), options),
-        ["values-docs", chart] => match testbed::values_docs::render(std::path::Path::new(chart)) {
-            Ok(readme) => {
-                print!("{readme}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("testbed: {error}");
-                ExitCode::FAILURE
-            }
-        },
         ["-h" | "--help" | "help"] => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -125,52 +106,6 @@ fn demo(controller: &std::path::Path) -> ExitCode {
         }
         Err(error) => {
             eprintln!("testbed demo: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn image(binary: &std::path::Path, out: &std::path::Path, options: &[&str]) -> ExitCode {
-    let mut architecture = "amd64".to_string();
-    let mut annotations = std::collections::BTreeMap::new();
-    for pair in options.chunks(2) {
-        match pair {
-            ["--arch", arch] => architecture = arch.to_string(),
-            ["--annotation", annotation] => match annotation.split_once('=') {
-                Some((key, value)) if key.starts_with("org.opencontainers.image.") => {
-                    annotations.insert(key.to_string(), value.to_string());
-                }
-                _ => {
-                    eprintln!(
-                        "testbed image: --annotation {annotation:?} is not org.opencontainers.image.<key>=<value>"
-                    );
-                    return ExitCode::from(2);
-                }
-            },
-            _ => {
-                eprintln!("testbed image: unknown option {pair:?}\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    // The version the binary reports ("local-registry-publisher 0.1.0") tags the image.
-    let version = std::process::Command::new(binary)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|output| String::from_utf8_lossy(&output.stdout).split_whitespace().nth(1).map(str::to_string));
-    let Some(version) = version else {
-        eprintln!("testbed image: {} --version did not report a version", binary.display());
-        return ExitCode::FAILURE;
-    };
-    match testbed::image::controller(binary, out, &version, &architecture, annotations) {
-        Ok(image) => {
-            println!("{} -> {}", image.name, image.archive.display());
-            println!("compressed size {:.1} MB", image.compressed_size as f64 / 1e6);
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("testbed image: {error}");
             ExitCode::FAILURE
         }
     }

@@ -37,8 +37,8 @@ use serde_json::json;
 use support::agent::{ALL_WELL, SOMETHING_WRONG, registry_service};
 use support::binary::status_field;
 use support::{SOON_ON_A_NODE, apply_in, cluster_host, cluster_ip, ok, wait_until};
-use testbed::image::Image;
 use testbed::{ControlPlane, RealNode};
+use xtask::image::Image;
 
 const CONTROLLER_LABELS: &str = "app.kubernetes.io/name=local-registry-publisher";
 

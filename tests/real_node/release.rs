@@ -111,7 +111,7 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
     // What a release publishes: the image under each version, the chart as OCI.
     let binary = root().join("target/release/local-registry-publisher");
     let image_dir = plane.dir().join("images");
-    let layout = testbed::image::controller_copy(&binary, &image_dir, version, "released").expect("image").layout;
+    let layout = xtask::image::controller_copy(&binary, &image_dir, version, "released").expect("image").layout;
     push(true, &layout, &format!("{repository}:{version}"), None);
     push(true, &layout, &format!("{repository}:{next}"), None);
     let dir = plane.dir().join(format!("release-{ns}"));

@@ -124,7 +124,7 @@ pub async fn wait_doctor(plane: &ControlPlane, ns: &str, status: i32, check: imp
 /// A small image of this test's own (pause as its entrypoint), written as an OCI layout to push.
 pub fn own_image(plane: &ControlPlane, name: &str) -> PathBuf {
     let dir = plane.dir().join("images");
-    let spec = testbed::image::ImageSpec {
+    let spec = xtask::image::ImageSpec {
         name: format!("testbed.local/{name}:1"),
         files: vec![("/pause".into(), dir.join("pause.bin"))],
         entrypoint: vec!["/pause".into()],

@@ -428,10 +428,10 @@ pub fn root() -> std::path::PathBuf {
 }
 
 /// The controller image `make image` built (`make test` does), to import into a real node.
-pub fn controller_image() -> testbed::image::Image {
+pub fn controller_image() -> xtask::image::Image {
     let archive = root().join("target/image/local-registry-publisher.tar");
     assert!(archive.exists(), "{} is missing: run `make image` (make test does)", archive.display());
-    testbed::image::Image {
+    xtask::image::Image {
         name: "docker.io/library/local-registry-publisher".into(),
         layout: root().join("target/image/local-registry-publisher"),
         archive,

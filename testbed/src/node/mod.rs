@@ -9,6 +9,7 @@
 //! and everything it mounted vanishes when its last process exits.
 
 mod config;
+mod pause;
 pub use config::PAUSE_IMAGE;
 pub(crate) mod host;
 
@@ -21,9 +22,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::components::Recipe;
-use crate::image::{Image, ImageSpec};
 use crate::{ControlPlane, Error};
 pub use host::{HostNetwork, cgroup_dirs};
+use xtask::image::{Image, ImageSpec};
 
 /// The real node's name (and its kubelet's identity, `system:node:testbed-real`).
 pub const REAL_NODE_NAME: &str = "testbed-real";
@@ -402,7 +403,7 @@ impl ControlPlane {
         })
         .await?;
         node.check_release()?;
-        node.import(&crate::image::pause(&self.dir().join("images"))?)?;
+        node.import(&pause::pause(&self.dir().join("images"))?)?;
         host::record_sysctls(&dir)?;
         for name in &COMPONENTS[1..] {
             self.start_component(&slot.component(name))?;
@@ -449,4 +450,5 @@ pub fn crane_image(tools: &Path, dir: &Path) -> Result<Image, Error> {
         ..ImageSpec::default()
     }
     .write(dir, "crane")
+    .map_err(Error::from)
 }
