@@ -16,6 +16,7 @@ mod nodes;
 pub mod probe;
 pub mod readers;
 mod render;
+mod section;
 pub mod text;
 
 pub use get::get;

@@ -9,6 +9,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 
 use crate::cli::controllers::{self, ControllerPod};
+use crate::cli::section::Section;
 use crate::cli::{EXIT_READER_REJECTS, probe, published_status, readers};
 use crate::hosting::LocalRegistryHostingV1;
 use crate::hosting::configmap::Stored;
@@ -17,23 +18,6 @@ use crate::publish::{Action, Decision, Published};
 use crate::registry::{self, Registries};
 use crate::settings::{PullSecrets, Settings};
 use crate::{node, pull};
-
-/// One section of the report: the lines it prints, and whether it found something wrong.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Section {
-    pub lines: Vec<String>,
-    pub wrong: bool,
-}
-
-impl Section {
-    pub(crate) fn titled(title: &str) -> Self {
-        Self { lines: vec![format!("\n== {title}")], wrong: false }
-    }
-
-    pub(crate) fn say(&mut self, line: impl Into<String>) {
-        self.lines.push(line.into());
-    }
-}
 
 /// The published document as readers read it.
 pub struct Document {

@@ -20,13 +20,12 @@ use std::process::ExitCode;
 use kube::Client;
 
 use super::controllers::controller_pods;
-use super::text::{print, say, shout};
+use super::text::{say, shout};
 use super::{EXIT_UNREACHABLE, probe};
 use crate::publish::{self, Memory};
 use crate::registry;
 use crate::settings::Settings;
 use judge::Effective;
-pub(crate) use judge::Section;
 
 pub use gather::unknown_namespace_labels;
 
@@ -52,7 +51,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
-    show(&document.section(&target));
+    document.section(&target).show();
     // The sections that found something wrong, named in the closing summary.
     let mut wrong: Vec<&str> = Vec::new();
 
@@ -60,7 +59,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         Some(host) => Some(probe::probe(host).await),
         None => None,
     };
-    if show(&judge::from_this_machine(&document.document, probed.as_ref())) {
+    if judge::from_this_machine(&document.document, probed.as_ref()).show() {
         wrong.push("From this machine");
     }
 
@@ -88,11 +87,11 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         pods: &pods,
         unknown_labels: &unknown_labels,
     };
-    if show(&judge::from_the_cluster(&found)) {
+    if judge::from_the_cluster(&found).show() {
         wrong.push("From the cluster");
     }
     let leases = gather::leases(&client, &judge::lease_namespaces(&pods)).await;
-    show(&judge::controllers(&pods, &leases));
+    judge::controllers(&pods, &leases).show();
 
     let published = decision.published.as_ref();
     if let Some(pull) = &settings.pull_secrets {
@@ -100,7 +99,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
             shout!("error: the pull credentials' objects could not be read within {:?}", gather::CLUSTER_TIMEOUT);
             return ExitCode::from(EXIT_UNREACHABLE);
         };
-        if show(&judge::pull_credentials(published, &observed, pull)) {
+        if judge::pull_credentials(published, &observed, pull).show() {
             wrong.push("Pull credentials");
         }
     }
@@ -121,7 +120,7 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
                     }
                     Err(not_started) => not_started,
                 };
-                if show(&judge::from_a_pod(&probed)) {
+                if judge::from_a_pod(&probed).show() {
                     wrong.push("From a pod");
                 }
             }
@@ -129,14 +128,6 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         }
     }
     let (summary, status) = judge::summary(document.status, &wrong, &nodes.not_done);
-    show(&summary);
+    summary.show();
     ExitCode::from(status)
-}
-
-/// Prints a judged section, escaped; returns whether it found something wrong.
-pub(crate) fn show(section: &Section) -> bool {
-    for line in &section.lines {
-        print(line);
-    }
-    section.wrong
 }

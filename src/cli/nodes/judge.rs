@@ -5,7 +5,7 @@ use kube::ResourceExt;
 
 use super::gather::Agents;
 use super::verdict;
-use crate::cli::doctor::Section;
+use crate::cli::section::Section;
 use crate::keys;
 use crate::node::{self, NodePlanTarget, Reason};
 use crate::publish::Published;

@@ -35,5 +35,5 @@ pub async fn report(
         _ => None,
     };
     let (section, not_done) = judge::section(published, kept, agents, &decided, found.as_ref());
-    Report { well: !super::doctor::show(&section), not_done }
+    Report { well: !section.show(), not_done }
 }
