@@ -53,4 +53,6 @@ pub mod watch;
 pub mod watching;
 
 #[cfg(test)]
+mod layering_tests;
+#[cfg(test)]
 mod purity_tests;
