@@ -225,6 +225,84 @@ fn the_chart_follows_helm_conventions_names_labels_digest_and_tunable_pod_settin
     }
 }
 
+/// What an operator wires next (the values cert-manager, metallb and spegel have): each reaches its object, and an
+/// object of every kind the chart renders carries the common labels.
+#[test]
+fn the_operational_values_reach_their_objects_and_lint_with_every_opt_in_for_every_distribution() {
+    let all_on = root().join("charts/local-registry-publisher/ci/all-on-values.yaml").display().to_string();
+    for distribution in ["plain", "kind", "k3d", "minikube", "microk8s"] {
+        let set = format!("distribution={distribution}");
+        ok(tool("helm", &["lint", "--strict", &chart(), "-f", &all_on, "--set", &set]));
+    }
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "-f", &all_on]));
+    let daemonset = &rendered_objects(&rendered, "DaemonSet")[0];
+    assert_eq!(daemonset["spec"]["template"]["spec"]["priorityClassName"], "system-node-critical");
+    assert_eq!(daemonset["spec"]["updateStrategy"]["rollingUpdate"], json!({"maxUnavailable": "10%", "maxSurge": 0}));
+    assert_eq!(daemonset["spec"]["revisionHistoryLimit"], 3);
+    let deployment = &rendered_objects(&rendered, "Deployment")[0];
+    assert_eq!(deployment["spec"]["revisionHistoryLimit"], 3);
+    let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in spread["labelSelector"]["matchLabels"].as_object().expect("the controller's pod labels") {
+        assert_eq!(&pod_labels[key], value, "the spread counts the controller's pods: {spread}");
+    }
+    for kind in ["ServiceMonitor", "PodMonitor"] {
+        let monitor = &rendered_objects(&rendered, kind)[0];
+        let endpoint = monitor["spec"]["endpoints"].get(0).unwrap_or(&monitor["spec"]["podMetricsEndpoints"][0]);
+        assert_eq!(endpoint["scrapeTimeout"], "10s", "{kind}");
+        assert_eq!(endpoint["relabelings"][0]["targetLabel"], "node", "{kind}");
+        assert_eq!(endpoint["metricRelabelings"][0]["regex"], "instance", "{kind}");
+    }
+    let extra: Vec<(String, serde_json::Value)> = rendered_objects(&rendered, "ConfigMap")
+        .into_iter()
+        .map(|c| (c["metadata"]["name"].as_str().unwrap_or_default().to_string(), c))
+        .filter(|(name, _)| name.contains("extra"))
+        .collect();
+    assert_eq!(extra.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["lrp-extra", "lrp-extra-text"]);
+    assert_eq!(extra[0].1["data"]["namespace"], "tools", "extra objects are templates");
+    let chart_objects: Vec<serde_json::Value> = rendered
+        .split("\n---")
+        .filter_map(|document| serde_saphyr::from_str::<serde_json::Value>(document).ok())
+        .filter(|object| object["metadata"]["labels"]["helm.sh/chart"].is_string())
+        .collect();
+    assert!(chart_objects.len() > 20, "{} objects", chart_objects.len());
+    for object in &chart_objects {
+        assert_eq!(
+            object["metadata"]["labels"]["team"], "platform",
+            "{} {}",
+            object["kind"], object["metadata"]["name"]
+        );
+    }
+
+    // The defaults: the agents critical to their node, one node's agent at a time, no spread, the usual history.
+    let defaults = ok(tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true"]));
+    let daemonset = &rendered_objects(&defaults, "DaemonSet")[0];
+    assert_eq!(daemonset["spec"]["template"]["spec"]["priorityClassName"], "system-node-critical");
+    assert_eq!(daemonset["spec"]["updateStrategy"]["rollingUpdate"], json!({"maxUnavailable": 1, "maxSurge": 0}));
+    let deployment = &rendered_objects(&defaults, "Deployment")[0];
+    assert_eq!(deployment["spec"]["revisionHistoryLimit"], 10);
+    assert!(deployment["spec"]["template"]["spec"]["topologySpreadConstraints"].is_null());
+    let none = ok(tool(
+        "helm",
+        &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true", "--set", "nodeAgent.priorityClassName="],
+    ));
+    assert!(rendered_objects(&none, "DaemonSet")[0]["spec"]["template"]["spec"]["priorityClassName"].is_null());
+
+    for (value, needle) in [
+        ("nodeAgent.maxUnavailable=0", "/nodeAgent/maxUnavailable"),
+        ("nodeAgent.maxUnavailable=150%", "/nodeAgent/maxUnavailable"),
+        ("serviceMonitor.scrapeTimeout=soon", "/serviceMonitor/scrapeTimeout"),
+        ("revisionHistoryLimit=-1", "/revisionHistoryLimit"),
+        ("commonLabels.app\\.kubernetes\\.io/name=x", "commonLabels.app.kubernetes.io/name: the chart sets"),
+    ] {
+        let output = tool("helm", &["template", "lrp", &chart(), "--set", value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{value} was accepted");
+        assert!(stderr.contains(needle), "{value}: {stderr}");
+    }
+}
+
 #[test]
 fn invalid_values_are_rejected_with_a_readable_message() {
     for (value, needle) in [

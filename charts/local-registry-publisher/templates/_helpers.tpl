@@ -31,6 +31,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: local-registry-publisher
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- range $key, $value := .Values.commonLabels }}
+{{- if or (hasPrefix "app.kubernetes.io/" $key) (hasPrefix "helm.sh/" $key) }}
+{{- fail (printf "commonLabels.%s: the chart sets the app.kubernetes.io/ and helm.sh/ labels itself (selectors depend on them); use a key of your own" $key) }}
+{{- end }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* The Deployment's selector: fixed for a release's life, so it carries no component or version. */}}
@@ -173,4 +179,19 @@ UPSTREAM=ENDPOINT; fails on an entry with neither or both, and on a second mirro
 {{- end }}
 {{- end }}
 {{- join "," $mirrors -}}
+{{- end -}}
+
+{{/* What the ServiceMonitor's and the PodMonitor's endpoints share besides the interval. */}}
+{{- define "lrp.scrapeSettings" -}}
+{{- with .Values.serviceMonitor.scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .Values.serviceMonitor.relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.serviceMonitor.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
