@@ -688,9 +688,76 @@ async fn the_rendered_manifests_pass_a_server_side_dry_run() {
     }
     ok(stdin_tool("kubectl", &["apply", "--server-side", "--dry-run=server", "-f", "-"], &rendered));
     // A namespace created in a dry run does not exist for the dry run of what goes into it.
+    let _deploy = DEPLOY_NAMESPACE.lock().await;
     ok(tool("kubectl", &["apply", "--server-side", "-f", &root().join("deploy/namespace.yaml").display().to_string()]));
     let manifests = std::fs::read_to_string(root().join("deploy/local-registry-publisher.yaml")).unwrap();
     ok(stdin_tool("kubectl", &["apply", "--server-side", "--dry-run=server", "-f", "-"], &manifests));
+}
+
+/// The plain manifests' namespace, which the dry run creates and the kustomize test deletes.
+static DEPLOY_NAMESPACE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// (kind, namespace, name) of each object in manifests.
+fn identities(manifests: &str) -> BTreeSet<(String, String, String)> {
+    let field =
+        |object: &serde_json::Value, pointer: &str| object.pointer(pointer).and_then(|v| v.as_str()).map(String::from);
+    manifests
+        .split("\n---")
+        .filter_map(|document| serde_saphyr::from_str::<serde_json::Value>(document).ok())
+        .filter(|object| object.is_object())
+        .map(|o| {
+            let namespace = field(&o, "/metadata/namespace").unwrap_or_default();
+            (field(&o, "/kind").unwrap_or_default(), namespace, field(&o, "/metadata/name").unwrap_or_default())
+        })
+        .collect()
+}
+
+/// deploy/ is a kustomize base: it builds (kubectl's own kustomize) to exactly the plain manifests, an overlay sets the
+/// image, and the base applies to the control plane and deletes cleanly.
+#[tokio::test]
+async fn the_plain_manifests_are_a_kustomize_base_that_builds_overlays_and_applies() {
+    let deploy = root().join("deploy");
+    let listed = std::fs::read_to_string(deploy.join("kustomization.yaml")).expect("deploy/kustomization.yaml");
+    for entry in std::fs::read_dir(&deploy).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name != "kustomization.yaml" {
+            assert!(listed.contains(&format!("- {name}\n")), "deploy/kustomization.yaml lists {name}");
+        }
+    }
+    let built = ok(tool("kubectl", &["kustomize", &deploy.display().to_string()]));
+    let plain = ["namespace.yaml", "local-registry-publisher.yaml"]
+        .map(|file| std::fs::read_to_string(deploy.join(file)).unwrap())
+        .join("\n---\n");
+    assert_eq!(identities(&built), identities(&plain), "the base is the plain manifests");
+    assert!(identities(&built).len() > 10);
+
+    let overlay = root().join(format!("target/kustomize-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources: [../../deploy]\nimages:\n  - name: local-registry-publisher\n    newName: registry.example/lrp\n    \
+         newTag: \"9.9.9\"\n",
+    )
+    .unwrap();
+    let built = ok(tool("kubectl", &["kustomize", &overlay.display().to_string()]));
+    std::fs::remove_dir_all(&overlay).unwrap();
+    let deployment = &rendered_objects(&built, "Deployment")[0];
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/lrp:9.9.9");
+
+    let _deploy = DEPLOY_NAMESPACE.lock().await;
+    let base = deploy.display().to_string();
+    ok(tool("kubectl", &["apply", "--server-side", "-k", &base]));
+    let applied =
+        ok(tool("kubectl", &["get", "deployment,serviceaccount", "-n", "local-registry-publisher", "-o", "name"]));
+    assert!(applied.contains("deployment.apps/local-registry-publisher"), "{applied}");
+    let publish = ok(tool("kubectl", &["get", "role", "-n", "kube-public", "-o", "name"]));
+    assert!(publish.contains("role.rbac.authorization.k8s.io/local-registry-publisher"), "{publish}");
+    ok(tool("kubectl", &["delete", "-k", &base, "--wait"]));
+    let left = ok(tool(
+        "kubectl",
+        &["get", "clusterroles", "-l", "app.kubernetes.io/instance=local-registry-publisher", "-o", "name"],
+    ));
+    assert!(left.trim().is_empty(), "left after delete -k: {left}");
 }
 
 #[tokio::test]
