@@ -179,6 +179,14 @@ fn with_no_registry_the_selector_is_named_and_a_withdrawal_or_a_foreign_configma
     );
     assert!(said.contains("the ConfigMap is current"), "{said}");
     assert!(!section.wrong);
+    // A Service that matches counts as a registry found, allowed or not: only with neither is the selector named.
+    for (counted, ignored) in
+        [(vec![registry("zot", 10, true)], Vec::new()), (Vec::new(), vec![ignored("tenant", "x")])]
+    {
+        let (registries, decision) = decide(counted, ignored, None);
+        let said = text(&cluster(&registries, &decision, None, true, Vec::new(), &Ok(Vec::new())));
+        assert!(!said.contains("no registry:"), "{said}");
+    }
 
     let stored = ours(&registry("gone", 10, true));
     let (registries, decision) = decide(Vec::new(), Vec::new(), Some(&stored));
