@@ -45,6 +45,17 @@ chart() {
     sed -i "s|^  repository: .* # release: image repository$|  repository: $repository # release: image repository|" \
       "$stage/$name/values.yaml"
   fi
+  # Artifact Hub's annotations that only the release knows, under the `annotations:` block Chart.yaml ends with.
+  tail -n 3 "$stage/$name/Chart.yaml" | grep -q '^annotations:$' ||
+    { say "charts/$name/Chart.yaml must end with its annotations: block"; return 1; }
+  {
+    printf '  artifacthub.io/images: |\n    - name: %s\n      image: %s:%s\n' "$name" "${repository:-$name}" "$version"
+    printf '  artifacthub.io/changes: |\n'
+    changes | sed 's/^/    /'
+    if [ -n "${SOURCE_URL:-}" ]; then
+      printf '  artifacthub.io/links: |\n    - name: source\n      url: %s\n' "$SOURCE_URL"
+    fi
+  } >>"$stage/$name/Chart.yaml"
   # Where the chart comes from: the release's repository (SOURCE_URL, as `make image` takes it), which a checkout
   # does not know.
   if [ -n "${SOURCE_URL:-}" ]; then
@@ -151,6 +162,19 @@ notes() {
     $0 ~ "^## \\[" v "\\]" { on = 1; next }
     on && /^## \[/ { exit }
     on { print }' "$root/CHANGELOG.md" | sed -e '/./,$!d'
+}
+
+# This version's CHANGELOG section as Artifact Hub's changes: one `- {"kind": ..., "description": ...}` line per
+# entry, the kind from its Keep a Changelog heading (Added, Changed, Deprecated, Removed, Fixed, Security).
+changes() {
+  notes | awk '
+    function flush() { if (text != "") print kind "\t" text; text = "" }
+    /^### / { flush(); kind = tolower($2); next }
+    /^- / { flush(); text = substr($0, 3); next }
+    /^  +[^ ]/ && text != "" { line = $0; sub(/^ +/, "", line); text = text " " line; next }
+    { flush() }
+    END { flush() }' |
+    jq -R -r 'split("\t") | "- " + ({kind: .[0], description: .[1]} | tojson)'
 }
 
 sbom() {

@@ -112,6 +112,21 @@ fn dist_writes_every_artifact_checksummed_annotated_and_described() {
     assert!(chart_yaml.contains(&format!("\nversion: {VERSION}\n")), "{chart_yaml}");
     let values = String::from_utf8_lossy(&chart[&format!("{NAME}/values.yaml")]).into_owned();
     assert!(values.contains(&format!("  repository: {NAME} # release: image repository")), "{values}");
+    // Artifact Hub's metadata: what the chart is, the image it installs, and this version's changes, one entry per
+    // CHANGELOG bullet with its section as the kind.
+    let chart_meta: Value = serde_saphyr::from_str(&chart_yaml).expect("Chart.yaml");
+    let annotations = &chart_meta["annotations"];
+    assert_eq!(annotations["artifacthub.io/license"], "Apache-2.0");
+    assert_eq!(annotations["artifacthub.io/category"], "integration-delivery");
+    let images: Value = serde_saphyr::from_str(annotations["artifacthub.io/images"].as_str().unwrap()).unwrap();
+    assert_eq!(images, serde_json::json!([{"name": NAME, "image": format!("{NAME}:{VERSION}")}]));
+    let changes: Vec<Value> = serde_saphyr::from_str(annotations["artifacthub.io/changes"].as_str().unwrap()).unwrap();
+    let section = run(Command::new(root().join("hack/dist.sh")).arg("notes"));
+    assert_eq!(changes.len(), section.lines().filter(|l| l.starts_with("- ")).count(), "{changes:?}");
+    let kinds = ["added", "changed", "deprecated", "removed", "fixed", "security"];
+    assert!(changes.iter().all(|c| kinds.contains(&c["kind"].as_str().unwrap_or_default())), "{changes:?}");
+    let first = section.lines().find_map(|l| l.strip_prefix("- ")).unwrap();
+    assert!(changes[0]["description"].as_str().unwrap().starts_with(first), "{:?}", changes[0]);
 
     // The CLI: the binary, the license, the README, as regular files (krew links kubectl's name to the binary).
     let cli = tar_files(&std::fs::read(out.join(&expected[3])).unwrap());
