@@ -19,6 +19,13 @@ const SECOND_PORT: i32 = 30600;
 
 pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     let client = plane.client().await?;
+    if let Some(node) = plane.real_node() {
+        let (containerd, proxy) = (&node.containerd_release().minor, node.proxy_mode().as_str());
+        step(&format!(
+            "The real node {} runs containerd {containerd} and kube-proxy in {proxy} mode (LRP_CONTAINERD, LRP_KUBE_PROXY)",
+            node.name()
+        ));
+    }
     step(
         "Deploying a sample registry: namespace registry labelled local-registry-publisher.io/registries=allowed (a cluster admin's consent), Deployment registry/registry and a NodePort Service labelled local-registry-publisher.io/registry=true",
     );

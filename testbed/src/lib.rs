@@ -119,7 +119,7 @@ pub struct ControlPlane {
     /// called.
     second_network: Option<node::HostNetwork>,
     second_node: tokio::sync::OnceCell<RealNode>,
-    containerd: node::ContainerdRelease,
+    software: node::NodeSoftware,
     _watchdog: process::Watchdog,
 }
 
@@ -177,7 +177,7 @@ impl ControlPlane {
             }
             node::host::preflight()?;
         }
-        let containerd = node::ContainerdRelease::from_env()?;
+        let software = node::NodeSoftware::from_env()?;
         let tools = tools::bin_dir()?;
         let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
@@ -210,13 +210,13 @@ impl ControlPlane {
         );
         if let Some(network) = &network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, first, network, &cgroups, &containerd));
-            node::write_configs(&dir, &tools, &pki, &server, first, network, &containerd)?;
+            recipes.extend(node::recipes(&tools, &dir, first, network, &cgroups, &software.containerd));
+            node::write_configs(&dir, &tools, &pki, &server, first, network, &software)?;
         }
         if let Some(network) = &second_network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, second, network, &cgroups, &containerd));
-            node::write_configs(&dir, &tools, &pki, &server, second, network, &containerd)?;
+            recipes.extend(node::recipes(&tools, &dir, second, network, &cgroups, &software.containerd));
+            node::write_configs(&dir, &tools, &pki, &server, second, network, &software)?;
         }
 
         let plane = Self {
@@ -229,7 +229,7 @@ impl ControlPlane {
             real_node: OnceLock::new(),
             second_network,
             second_node: tokio::sync::OnceCell::new(),
-            containerd: containerd.clone(),
+            software: software.clone(),
             _watchdog: watchdog,
         };
         plane.start_component("etcd")?;
@@ -261,7 +261,7 @@ impl ControlPlane {
             })
             .await?;
         if let Some(network) = &network {
-            let node = plane.start_real_node(&client, first, network, &containerd).await?;
+            let node = plane.start_real_node(&client, first, network, &software).await?;
             plane.set_real_node(node);
         }
         eprintln!(
@@ -295,7 +295,7 @@ impl ControlPlane {
         self.second_node
             .get_or_try_init(|| async {
                 let client = self.client().await?;
-                self.start_real_node(&client, node::Slot::Second, network, &self.containerd).await
+                self.start_real_node(&client, node::Slot::Second, network, &self.software).await
             })
             .await
     }

@@ -50,7 +50,13 @@ fn up(options: testbed::Options) -> ExitCode {
     println!("  {} get nodes\n", kubectl.display());
     if let Some(node) = plane.real_node() {
         let network = node.network();
-        println!("The real node {} is at {} in network namespace {}:", node.name(), network.node_ip, network.netns);
+        println!(
+            "The real node {} (kube-proxy in {} mode) is at {} in network namespace {}:",
+            node.name(),
+            node.proxy_mode().as_str(),
+            network.node_ip,
+            network.netns
+        );
         println!(
             "  nsenter --net=/run/netns/{} -- curl http://localhost:<nodePort>/   # the node's own localhost\n",
             network.netns

@@ -13,6 +13,8 @@ pub const PAUSE_IMAGE: &str = "testbed.local/pause:1";
 /// containerd's registry hosts directory, under the node's own: one directory, as a path list is silently ignored
 /// by the transfer service that pulls for the CRI since containerd 2.1 (containerd#12808).
 pub(crate) const HOSTS_DIR: &str = "certs.d";
+/// Where kube-proxy serves its metrics and `/proxyMode`, in the node's network namespace.
+pub(crate) const PROXY_METRICS: &str = "127.0.0.1:10249";
 
 /// Where each node's own directory is bind-mounted inside its mount namespace: every node sees its own files at
 /// the same path, as every node of a cluster has `/etc/containerd`, so one DaemonSet's hostPath serves them all.
@@ -172,22 +174,25 @@ maxPods: 50
     )
 }
 
-pub(crate) fn kube_proxy(paths: &Paths, node_name: &str) -> String {
+pub(crate) fn kube_proxy(paths: &Paths, node_name: &str, mode: super::ProxyMode) -> String {
     format!(
         r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {{kubeconfig: "{kubeconfig}"}}
 hostnameOverride: {node_name}
-mode: iptables
+mode: {mode}
 clusterCIDR: "{POD_RANGE}"
 # Service traffic leaves with the node's address, so replies from the machine side of the veth find their way back.
+# localhostNodePorts is the iptables mode's only: nftables mode serves no NodePort on the node's loopback.
 iptables: {{masqueradeAll: true, localhostNodePorts: true}}
+nftables: {{masqueradeAll: true}}
 # conntrack limits are machine-wide; leave them alone.
 conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
-metricsBindAddress: 127.0.0.1:10249
+metricsBindAddress: {PROXY_METRICS}
 healthzBindAddress: 127.0.0.1:10256
 "#,
         kubeconfig = paths.node("kube-proxy.kubeconfig"),
+        mode = mode.as_str(),
     )
 }
 

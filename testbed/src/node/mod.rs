@@ -118,6 +118,52 @@ impl ContainerdRelease {
     }
 }
 
+/// How the real node's kube-proxy serves Services: `LRP_KUBE_PROXY`, `iptables` (the default) or `nftables` (GA since
+/// Kubernetes 1.33, Talos's default, a kind and k0s option), which does not serve NodePorts on the node's loopback.
+/// The node checks the mode the started kube-proxy reports (`/proxyMode`), so a run never passes for the other mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProxyMode {
+    #[default]
+    Iptables,
+    Nftables,
+}
+
+impl ProxyMode {
+    pub fn from_env() -> Result<Self, Error> {
+        Self::parse(std::env::var("LRP_KUBE_PROXY").ok().as_deref())
+    }
+
+    /// `LRP_KUBE_PROXY`'s value: unset or empty is iptables.
+    pub fn parse(value: Option<&str>) -> Result<Self, Error> {
+        match value.filter(|v| !v.is_empty()) {
+            None | Some("iptables") => Ok(Self::Iptables),
+            Some("nftables") => Ok(Self::Nftables),
+            Some(other) => Err(Error::Version(format!("LRP_KUBE_PROXY={other:?} is not iptables or nftables"))),
+        }
+    }
+
+    /// As kube-proxy's `mode` and its `/proxyMode` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Iptables => "iptables",
+            Self::Nftables => "nftables",
+        }
+    }
+}
+
+/// What a run chose for its real nodes, each from the environment: the containerd release and kube-proxy's mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSoftware {
+    pub containerd: ContainerdRelease,
+    pub proxy: ProxyMode,
+}
+
+impl NodeSoftware {
+    pub fn from_env() -> Result<Self, Error> {
+        Ok(Self { containerd: ContainerdRelease::from_env()?, proxy: ProxyMode::from_env()? })
+    }
+}
+
 /// Whether this machine can run a real node; the error names what it lacks (root, cgroups, a program).
 pub fn preflight() -> Result<(), Error> {
     host::preflight()
@@ -133,6 +179,7 @@ pub struct RealNode {
     /// Where its containerd release's binaries are (ctr among them).
     containerd_bin: PathBuf,
     release: ContainerdRelease,
+    proxy: ProxyMode,
     /// The control plane's certificates, the node's own root CA among them.
     pki: PathBuf,
 }
@@ -149,6 +196,21 @@ impl RealNode {
     /// The containerd release it runs.
     pub fn containerd_release(&self) -> &ContainerdRelease {
         &self.release
+    }
+
+    /// The mode its kube-proxy runs in (checked against what kube-proxy reports).
+    pub fn proxy_mode(&self) -> ProxyMode {
+        self.proxy
+    }
+
+    /// The mode kube-proxy reports on its metrics port (`/proxyMode`), if it answers.
+    fn reported_proxy_mode(&self) -> Option<String> {
+        let output = self
+            .command("curl")
+            .args(["--silent", "--fail", "--max-time", "2", &format!("http://{}/proxyMode", config::PROXY_METRICS)])
+            .output()
+            .ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
     }
 
     /// A serving certificate for `names` that this node trusts through its system roots, with no CA in any of its
@@ -314,7 +376,7 @@ pub(crate) fn write_configs(
     server: &str,
     slot: Slot,
     network: &HostNetwork,
-    release: &ContainerdRelease,
+    software: &NodeSoftware,
 ) -> Result<(), Error> {
     let node = dir.join(slot.dir_name());
     let paths = config::Paths { dir: &node, tools, ca_cert: &pki.ca_cert };
@@ -323,10 +385,10 @@ pub(crate) fn write_configs(
     std::fs::create_dir_all(node.join(config::HOSTS_DIR))?;
     let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
     let files = [
-        ("containerd.toml", config::containerd(&paths, release)),
+        ("containerd.toml", config::containerd(&paths, &software.containerd)),
         ("cni/10-testbed.conflist", config::cni_conflist(slot.pod_subnet())),
         ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup)),
-        ("kube-proxy.yaml", config::kube_proxy(&paths, &slot.node_name())),
+        ("kube-proxy.yaml", config::kube_proxy(&paths, &slot.node_name(), software.proxy)),
         ("Corefile", config::corefile(&paths, network.node_ip)),
         ("resolv.conf", String::new()),
         ("kubelet.kubeconfig", kubeconfig(&node_cert, &node_key)),
@@ -368,8 +430,9 @@ impl ControlPlane {
         client: &kube::Client,
         slot: Slot,
         network: &HostNetwork,
-        release: &ContainerdRelease,
+        software: &NodeSoftware,
     ) -> Result<RealNode, Error> {
+        let (release, proxy) = (&software.containerd, software.proxy);
         let started = Instant::now();
         let dir = self.dir().join(slot.dir_name());
         // The kwok node would take pods meant for the real one.
@@ -393,6 +456,7 @@ impl ControlPlane {
             dir: dir.clone(),
             containerd_bin: containerd_bin.clone(),
             release: release.clone(),
+            proxy,
             pki: self.dir().join("pki"),
         };
         let ctr = containerd_bin.join("ctr");
@@ -415,9 +479,25 @@ impl ControlPlane {
             async move { api.get_opt(&name).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
         })
         .await?;
+        let mut reported = None;
+        let answered = self
+            .wait_for("kube-proxy to report its mode", || {
+                reported = node.reported_proxy_mode();
+                let answered = reported.is_some();
+                async move { answered }
+            })
+            .await;
+        if answered.is_err() || reported.as_deref() != Some(proxy.as_str()) {
+            return Err(Error::Version(format!(
+                "the node's kube-proxy reports mode {:?}, not the {} this run asked for (LRP_KUBE_PROXY)",
+                reported.as_deref().unwrap_or("none"),
+                proxy.as_str()
+            )));
+        }
         eprintln!(
-            "[testbed] real node {name} (containerd {}) Ready in {:.1}s",
+            "[testbed] real node {name} (containerd {}, kube-proxy {}) Ready in {:.1}s",
             release.minor,
+            proxy.as_str(),
             started.elapsed().as_secs_f64()
         );
         Ok(node)
@@ -451,4 +531,18 @@ pub fn crane_image(tools: &Path, dir: &Path) -> Result<Image, Error> {
     }
     .write(dir, "crane")
     .map_err(Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_mode_is_iptables_unless_nftables_is_asked_for_and_anything_else_is_refused() {
+        assert_eq!(ProxyMode::parse(None).unwrap(), ProxyMode::Iptables);
+        assert_eq!(ProxyMode::parse(Some("")).unwrap(), ProxyMode::Iptables);
+        assert_eq!(ProxyMode::parse(Some("nftables")).unwrap().as_str(), "nftables");
+        let refused = ProxyMode::parse(Some("ipvs")).unwrap_err().to_string();
+        assert!(refused.contains("LRP_KUBE_PROXY=\"ipvs\" is not iptables or nftables"), "{refused}");
+    }
 }
