@@ -307,6 +307,13 @@ fn the_pull_credentials_section_says_what_the_controller_would_change_and_is_cur
     assert!(said.contains("  labelled namespaces: app, ci\n"), "{said}");
     assert!(said.contains("  STALE: would write it in app, ci"), "{said}");
     assert!(stale.wrong && !said.contains("  current: "), "{said}");
+    assert!(!text(&nothing).contains("STALE") && !said.contains("would remove"), "{said}");
+    // Our Secret is still in `gone`, whose label was removed.
+    let earlier = pull::plan(Some(&published), &observed(&["gone"], "t0ken"), &settings);
+    let mut left = observed(&["app"], "t0ken");
+    left.secrets = earlier.apply.into_iter().map(pull::fixtures::stored).collect();
+    let said = text(&pull_credentials(Some(&published), &left, &settings));
+    assert!(said.lines().any(|l| l == "  STALE: would remove it from gone"), "{said}");
 }
 
 #[test]
