@@ -142,8 +142,8 @@ pub struct NodePlanArgs {
     )]
     pub node_allowed_addresses: Vec<crate::node::AddressPattern>,
 
-    /// Mirrors of public registries on every node, comma-separated: UPSTREAM=service:NAMESPACE/NAME:PORT (a cache
-    /// Service, reached at its ClusterIP over plain HTTP) or UPSTREAM=http[s]://HOST[:PORT] (a cache the nodes reach
+    /// Mirrors of public registries on every node, comma-separated: `UPSTREAM=service:NAMESPACE/NAME:PORT` (a cache
+    /// Service, reached at its ClusterIP over plain HTTP) or `UPSTREAM=http[s]://HOST[:PORT]` (a cache the nodes reach
     /// by themselves, like a container on kind's network). Each node's containerd pulls images named UPSTREAM
     /// (docker.io, ghcr.io, ...) from the cache first and from the upstream when the cache fails. A cache in
     /// pull-through mode mirrors one upstream and takes no pushes: not the registry tools push to. One mirror per

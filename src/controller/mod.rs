@@ -1,7 +1,7 @@
 //! Everything that talks to the API server on the controller's behalf, one task per concern: the [`publisher`]
 //! keeps the ConfigMap true and hands on the registry readers see; [`pull`] distributes that registry's pull
 //! credentials; [`node`] keeps the plan that node agents write into each node's container runtime. Each task has
-//! its own watches ([`watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
+//! its own watches ([`crate::watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
 //! [`withdraw`] is the uninstall hook.
 
 mod follow;

@@ -1,4 +1,4 @@
-//! What the publisher watches, said by the pure core: the one list of its watch sets ([`publisher_watch_sets`]),
+//! What the publisher watches, said by the pure core: the one list of its watch sets (`publisher_watch_sets`),
 //! from which both the [`Interest`] (the watches wanted now) and the [`Cluster`] (what they hold) are made, and
 //! the controller's own watch sets too, so the three cannot drift apart. Each set is one kind of object, reduced on
 //! arrival to what the decision reads ([`Keep`]).

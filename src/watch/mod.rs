@@ -1,6 +1,6 @@
-//! Watches filtered on the server side, one per [`WatchKey`], grouped in sets of one kind whose keys change as the
-//! pure core's interest does. Every watch keeps what its kind's [`Keep`] says of each object, in a map of its own
-//! that a relist replaces whole, and wakes its concern's loop on each change. [`watch_sets!`] makes a concern's
+//! Watches filtered on the server side, one per [`WatchKey`](crate::watching::WatchKey), grouped in sets of one kind whose keys change as the
+//! pure core's interest does. Every watch keeps what its kind's [`Keep`](crate::watching::Keep) says of each object, in a map of its own
+//! that a relist replaces whole, and wakes its concern's loop on each change. `watch_sets!` makes a concern's
 //! sets from the same list its pure interest and snapshot come from; [`settle`] is the one way any caller (a
 //! reconcile loop, `doctor`) gets a complete snapshot.
 
@@ -53,7 +53,7 @@ impl Signals {
     }
 }
 
-/// A concern's watch sets, made by [`watch_sets!`].
+/// A concern's watch sets, made by `watch_sets!`.
 pub trait WatchSets: Sized {
     type Interest: PartialEq;
     type Snapshot;
