@@ -202,3 +202,43 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
         [format!("no node is covered by the node agent, so no node pulls {ADDRESS} through its files")]
     );
 }
+
+#[test]
+fn each_node_is_judged_by_its_own_agent_pod_and_its_own_state() {
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use crate::node::api::state::{Address, Agent, NodePullState, NodePullStateFields, NodeState, Verdict};
+
+    let target = target();
+    let published = registry(None);
+    let mut found = agents(Ok(&["a", "b"]), true);
+    let mut pod = Pod::default();
+    pod.metadata.name = Some("agent-a".into());
+    pod.metadata.uid = Some("uid-a".into());
+    pod.metadata.owner_references =
+        Some(vec![OwnerReference { uid: "ds-uid".into(), controller: Some(true), ..OwnerReference::default() }]);
+    pod.spec = Some(PodSpec { node_name: Some("a".into()), ..PodSpec::default() });
+    let ready = PodCondition { type_: "Ready".into(), status: "True".into(), ..PodCondition::default() };
+    pod.status =
+        Some(PodStatus { phase: Some("Running".into()), conditions: Some(vec![ready]), ..PodStatus::default() });
+    found.pods = vec![pod];
+    let mut state = NodePullState::new("a", NodePullStateFields {});
+    state.status = Some(NodeState {
+        node: "a".into(),
+        agent: Agent { pod: "agent-a".into(), uid: "uid-a".into(), version: "0.1.0".into() },
+        addresses: vec![Address {
+            address: ADDRESS.into(),
+            endpoint: CLUSTER_IP_ENDPOINT.into(),
+            server: None,
+            verdict: Verdict::Configured,
+            message: None,
+        }],
+        ..NodeState::default()
+    });
+    found.states = Ok(vec![state]);
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
+    let said = text(&section);
+    assert!(said.contains("  node a: configured by agent-a"), "{said}");
+    assert!(said.contains("  node b: no node agent pod runs here yet"), "{said}");
+}
