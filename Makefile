@@ -118,11 +118,11 @@ version:
 
 ## manifests: render deploy/ from the chart's default values, the chart's README from values.yaml and its NodePullState
 ## CRD from the Rust type (tests fail when any is stale)
-manifests: tools
+manifests:
 	$(CARGO) run --quiet --bin local-registry-publisher -p local-registry-publisher -- crd > charts/local-registry-publisher/crds/nodepullstates.yaml
 	$(CARGO) run --quiet -p xtask -- values-docs charts/local-registry-publisher > charts/local-registry-publisher/README.md
 	{ echo "# Rendered from charts/local-registry-publisher with default values by 'make manifests'; do not edit."; \
-	  "$$(hack/tools.sh --dir)/helm" template local-registry-publisher charts/local-registry-publisher \
+	  "$$(hack/tools.sh helm)/helm" template local-registry-publisher charts/local-registry-publisher \
 	    --namespace local-registry-publisher --no-hooks; } > deploy/local-registry-publisher.yaml
 
 ## tools: build the pinned Go tools into ~/.cache/local-registry-publisher (minutes cold, instant warm)

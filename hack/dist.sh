@@ -61,11 +61,15 @@ chart() {
   if [ -n "${SOURCE_URL:-}" ]; then
     printf 'home: %s\nsources:\n  - %s\n' "$SOURCE_URL" "$SOURCE_URL" >>"$stage/$name/Chart.yaml"
   fi
-  # helm on PATH (the release workflow builds it from tools/helm), else the one hack/tools.sh built.
-  local helm tools
+  # helm on PATH (the release workflow builds it from tools/helm), else the tests' tools (LRP_TOOLS_DIR), else the
+  # one hack/tools.sh built (helm alone: `make test` builds the main set, not every tool).
+  local helm
   if ! helm=$(command -v helm); then
-    tools=$("$root/hack/tools.sh" --dir)
-    helm="$tools/helm"
+    if [ -n "${LRP_TOOLS_DIR:-}" ] && [ -x "$LRP_TOOLS_DIR/helm" ]; then
+      helm="$LRP_TOOLS_DIR/helm"
+    else
+      helm="$("$root/hack/tools.sh" --dir helm)/helm"
+    fi
   fi
   "$helm" package "$stage/$name" --destination "$out" >/dev/null
   say "chart: $out/$name-$version.tgz (image ${repository:-$name, the local build})"

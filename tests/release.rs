@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use support::root;
 
@@ -524,4 +524,29 @@ fn the_release_runs_only_after_ci_passed_on_the_tagged_commit() {
     let steps = serde_json::to_string(&ci_jobs["cli"]["steps"]).unwrap();
     assert!(steps.contains("cargo check --locked --target") && steps.contains("hack/dist.sh cli"), "{steps}");
     assert!(serde_json::to_string(&ci_jobs["msrv"]).unwrap().contains("rust-version"), "an MSRV job");
+}
+
+/// `make test` builds the main set of tools, not every tool, so the chart's packaging finds helm by itself: from
+/// `LRP_TOOLS_DIR`, or else in a tool cache that holds helm and nothing more (a fresh machine's CI failed here when
+/// it asked for every tool).
+#[test]
+fn dist_packages_the_chart_with_helm_alone_in_the_tool_cache() {
+    let helm = std::fs::canonicalize(helm()).expect("helm's build");
+    // <cache>/tools/helm-<version>-<key>/bin/helm
+    let built = helm.parent().and_then(Path::parent).expect("helm's build directory");
+    let cache = scratch("cache");
+    std::fs::create_dir_all(cache.join("tools")).unwrap();
+    std::os::unix::fs::symlink(built, cache.join("tools").join(built.file_name().unwrap())).unwrap();
+    let out = scratch("chart-only");
+    let path = std::env::var("PATH").unwrap_or_default();
+    let without_helm: Vec<&str> = path.split(':').filter(|dir| !Path::new(dir).join("helm").exists()).collect();
+    run(Command::new(root().join("hack/dist.sh"))
+        .args(["chart"])
+        .arg(&out)
+        .env_remove("LRP_TOOLS_DIR")
+        .env("LRP_CACHE_DIR", &cache)
+        .env("PATH", without_helm.join(":")));
+    assert!(out.join(format!("{NAME}-{VERSION}.tgz")).exists());
+    let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_dir_all(&out);
 }
