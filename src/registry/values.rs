@@ -1,9 +1,9 @@
 //! The values one registry Service publishes: its port, readiness, and the four document fields.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
@@ -31,8 +31,9 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         Ok(port) => ports(service, *port, &origin, index),
         Err(_) => Ports::default(),
     };
-    let unannotated = unannotated(service, &id, &origin, ports, index, settings);
-    let own_addresses = own_addresses(service, &id, ports, &unannotated, settings);
+    let wiring = wiring(service);
+    let unannotated = unannotated(service, &wiring, &id, &origin, ports, index, settings);
+    let own_addresses = own_addresses(&wiring, &id, ports, &unannotated, settings);
     let document = match (priority_problem, port) {
         (Some(problem), _) | (None, Err(problem)) => Err(problem),
         (None, Ok(_)) => document(service, ports, unannotated, settings),
@@ -47,7 +48,7 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         id,
         origin,
         document,
-        wiring: wiring(service),
+        wiring,
     }
 }
 
@@ -108,16 +109,16 @@ struct Unannotated {
 
 fn unannotated(
     service: &Service,
+    wiring: &Wiring,
     id: &ServiceId,
     origin: &Origin,
     ports: Ports,
     index: &Index,
     settings: &Settings,
 ) -> Unannotated {
-    let spec = service.spec.clone().unwrap_or_default();
-    let external_name = (spec.type_.as_deref() == Some("ExternalName")).then(|| spec.external_name.clone()).flatten();
+    let external_name = &wiring.external_name;
     let service_port = ports.service;
-    let cluster_network = match (&external_name, plain_http_cluster_ip(&spec, ports)) {
+    let cluster_network = match (external_name, plain_http_cluster_ip(wiring, ports)) {
         (Some(name), _) => with_port(name, service_port),
         (None, Some(ip)) => with_port(&ip.to_string(), service_port),
         (None, None) => service_dns_name(id, settings, service_port),
@@ -140,7 +141,7 @@ fn unannotated(
 /// by the controller's own flags. An ExternalName's target is not among them: whoever wrote the Service chose it.
 /// Only these may redirect what every node pulls without a cluster admin allowing it (see `crate::node::trust`).
 fn own_addresses(
-    service: &Service,
+    wiring: &Wiring,
     id: &ServiceId,
     ports: Ports,
     unannotated: &Unannotated,
@@ -153,8 +154,12 @@ fn own_addresses(
         if let Some(port) = ports.service {
             own.push(service_dns_name(id, settings, Some(port)));
             own.push(with_port(&format!("{}.{}.svc", id.name, id.namespace), Some(port)));
-            let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
-            own.extend(cluster_ip.and_then(|ip| Host::normalise(ip).ok()).map(|ip| ip.with_port(Some(port))));
+            own.extend(
+                wiring
+                    .cluster_ip
+                    .and_then(|ip| Host::normalise(&ip.to_string()).ok())
+                    .map(|ip| ip.with_port(Some(port))),
+            );
         }
         if let Some(port) = ports.node {
             own.extend(["localhost", "127.0.0.1", "[::1]"].map(|loopback| format!("{loopback}:{port}")));
@@ -183,8 +188,8 @@ fn with_port(address: &str, port: Option<i32>) -> String {
 /// go-containerregistry (ko, kpack, crane, Knative's builders) dials over HTTP without an `insecure` flag: it does
 /// so only for RFC 1918 addresses, loopback and `*.localhost` (`Registry.Scheme` in pkg/name/registry.go, v0.22.1),
 /// so the Service's DNS name would be dialled over HTTPS and fail. Other readers take an IP address as well as a name.
-fn plain_http_cluster_ip(spec: &ServiceSpec, ports: Ports) -> Option<Ipv4Addr> {
-    let ip: Ipv4Addr = spec.cluster_ip.as_deref()?.parse().ok()?;
+fn plain_http_cluster_ip(wiring: &Wiring, ports: Ports) -> Option<Ipv4Addr> {
+    let IpAddr::V4(ip) = wiring.cluster_ip? else { return None };
     (!ports.tls && ports.service.is_some() && ip.is_private()).then_some(ip)
 }
 
