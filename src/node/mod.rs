@@ -117,9 +117,11 @@ impl Decision {
 
 /// The plan for `published`: every published address a node's runtime cannot pull from as it is, mapped to the
 /// endpoint the node reaches, if [`trust::admit`] lets `allowed` and the registry's own addresses redirect it (the
-/// others are returned, refused). A plain-HTTP registry's address on the node's own loopback at its hostPort or
-/// nodePort needs nothing (containerd dials loopback over HTTP itself), and a registry with no endpoint a node
-/// reaches gets no entry. A registry that serves TLS gets entries only with its CA bundle (`ca`), every address
+/// others are returned, refused). A plain-HTTP registry's address on the node's own loopback at its nodePort is
+/// mapped too, though containerd dials loopback over HTTP itself: kube-proxy's nftables mode serves no NodePort on
+/// loopback, and no mode serves one on `[::1]`, while every mode serves the ClusterIP to the node. Only where the
+/// node reaches the registry at that loopback alone (no ClusterIP) does it get no entry, and a registry with no
+/// endpoint a node reaches gets none at all. A registry that serves TLS gets entries only with its CA bundle (`ca`), every address
 /// to the same `https://` endpoint: a plain-HTTP endpoint would be wrong for it, and without its CA no node trusts
 /// its certificate.
 pub fn plan(
@@ -143,7 +145,11 @@ pub fn plan(
     let mut refused = Vec::new();
     let addresses = Field::ALL.into_iter().filter(|field| field.is_address()).filter_map(|field| document.get(field));
     for address in addresses {
-        if ca.is_none() && served_on_node_loopback(address, published.ports.node) {
+        let node_port = published.ports.node;
+        if ca.is_none()
+            && served_on_node_loopback(address, node_port)
+            && served_on_node_loopback(endpoint.authority(), node_port)
+        {
             continue;
         }
         match trust::admit(address, &published.own_addresses, allowed) {

@@ -35,14 +35,23 @@ fn nothing_published_plans_nothing() {
 }
 
 #[test]
-fn the_cluster_network_address_goes_to_the_cluster_ip_and_loopback_at_the_node_port_needs_nothing() {
+fn the_cluster_network_address_and_loopback_at_the_node_port_go_to_the_cluster_ip() {
     let nodeport =
         service("registry", "registry").type_("NodePort").cluster_ip("10.96.0.12").port(None, 5000, Some(30500));
     let by_ip = published(nodeport);
     assert_eq!(by_ip.document.host.as_deref(), Some("localhost:30500"));
     // containerd dials every address but loopback over HTTPS, the ClusterIP too.
     assert_eq!(by_ip.document.host_from_cluster_network.as_deref(), Some("10.96.0.12:5000"));
-    assert_eq!(entries(&planned(Some(&by_ip), None)), [("10.96.0.12:5000", "http://10.96.0.12:5000")]);
+    // kube-proxy's nftables mode serves no NodePort on the node's loopback; every mode serves the ClusterIP.
+    assert_eq!(
+        entries(&planned(Some(&by_ip), None)),
+        [("10.96.0.12:5000", "http://10.96.0.12:5000"), ("localhost:30500", "http://10.96.0.12:5000")]
+    );
+    for loopback in ["127.0.0.1:30500", "[::1]:30500"] {
+        let mut at = by_ip.clone();
+        at.document.host = Some(loopback.into());
+        assert!(entries(&planned(Some(&at), None)).contains(&(loopback, "http://10.96.0.12:5000")), "{loopback}");
+    }
     // A name given by annotation is mapped the same way.
     let named = service("registry", "registry")
         .cluster_ip("10.96.0.12")
@@ -241,6 +250,9 @@ fn a_headless_registry_is_reached_on_the_node_loopback_at_its_node_port_else_not
     assert_eq!(planned(Some(&published(headless)), None), NodePlan::default());
     let mut with_node_port = published(service("registry", "registry").cluster_ip("None").port(None, 5000, None));
     with_node_port.ports.node = Some(30500);
+    // Its loopback address is where the node reaches it: mapped to itself, it needs no file.
+    with_node_port.document.host = Some("localhost:30500".into());
+    with_node_port.own_addresses.push("localhost:30500".into());
     assert_eq!(
         entries(&planned(Some(&with_node_port), None)),
         [("registry.registry.svc.cluster.local:5000", "http://127.0.0.1:30500")]

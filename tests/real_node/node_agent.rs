@@ -338,3 +338,33 @@ fn wait_configured(ns: &str, timeout: &str) -> Output {
     let timeout = format!("--timeout={timeout}");
     tool("kubectl", &["wait", "-n", ns, "--for=condition=Configured", &object, &timeout])
 }
+
+#[tokio::test]
+async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_which_every_proxy_mode_serves() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "loopback").await.expect("namespace");
+    nodeport_registry(&client, &ns).await;
+    let values = isolated_release_values(&ns, &agent_on());
+    helm_install("loopback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| d.host.is_some()).await;
+    let host = document.host.expect("a host");
+    assert!(host.starts_with("localhost:3"), "published {host}");
+    // The runtime pulls what the document gives it: no hostFromContainerRuntime, so `host`.
+    assert_eq!(document.host_from_container_runtime, None);
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    push(true, &own_image("loopback"), &format!("{ip}:5000/loopback/app:1"), None);
+
+    // kube-proxy's nftables mode serves no NodePort on the node's loopback, and containerd would dial it there
+    // itself; the agent's file sends the pull to the ClusterIP, which both modes serve to the node.
+    let proxy = node().proxy_mode().as_str();
+    let (text, _) = wait_hosts_toml(&host, "agent on", |t| t.is_some()).await;
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
+    apply_in(&client, &ns, app_pod("app", &format!("{host}/loopback/app:1"))).await;
+    wait_phase(&client, &ns, "app", &["Running"]).await;
+    println!("kube-proxy {proxy}: a pod of {host}/loopback/app:1 runs through the agent's file");
+    helm_uninstall("loopback", &ns);
+    wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
