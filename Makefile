@@ -14,7 +14,8 @@ demo:
 	  LRP_TOOLS_DIR=$$tools $(CARGO) run --quiet -p testbed -- demo target/debug/local-registry-publisher
 
 ## test: build the tools and the controller image if needed, then run every unit and integration test on the main
-## pin, and the cluster test files again on the tested window's other ends (the chart's floor and the newest minor).
+## pin, the cluster test files again on the tested window's other ends (the chart's floor and the newest minor), and
+## the node agent's real-node tests again on containerd 1.7 and 2.3 and with kube-proxy in nftables mode.
 ## The windows' other ends (hack/tools.sh window) are built in the background while the main pin's tests run
 ## (their log: target/tools-window.log), since only the last runs use them
 # Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
@@ -27,6 +28,10 @@ KUBE_WINDOW := 1.25 1.37
 NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
 	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry runtime_conformance
 CONTAINERD_RERUN := 1.7 2.3
+# kube-proxy modes besides the main one (iptables) the node agent's real-node tests run again on: nftables (GA since
+# 1.33, Talos's default, a kind and k0s option) serves no NodePort on the node's loopback, which the agent's files
+# must make up for (docs/node-pulls.md).
+PROXY_RERUN := nftables
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: image
 	@main=$$(hack/tools.sh main) || exit 1; \
@@ -44,6 +49,10 @@ test: image
 	@for release in $(CONTAINERD_RERUN); do \
 	  echo "[test] the node agent's real-node tests on containerd $$release"; \
 	  LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
+	done
+	@for mode in $(PROXY_RERUN); do \
+	  echo "[test] the node agent's real-node tests with kube-proxy in $$mode mode"; \
+	  LRP_KUBE_PROXY=$$mode $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	done
 
 ## test-containerd-window: the node agent's real-node tests on every containerd release of the window (1.7, 2.2, 2.3

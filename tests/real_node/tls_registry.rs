@@ -6,7 +6,7 @@ use super::*;
 /// A registry serving TLS with a private CA (its certificate names its ClusterIP and its cluster DNS name), behind
 /// a NodePort Service whose annotation names the CA bundle `configmap/registry-ca`, and a release `release` in a
 /// fresh namespace (with the node agent on and the bundle allowed if `agent`) publishing it by that name; an image
-/// of its own pushed as `<address>/<release>/app:1`.
+/// of its own pushed as `<ClusterIP>:5000/<release>/app:1`.
 struct TlsRegistry {
     release: &'static str,
     client: Client,
@@ -39,12 +39,13 @@ impl TlsRegistry {
         helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
         let this = Self { release, client, ns, ip, ca: tls.ca };
         let address = this.address();
-        let document = wait_published(&this.client, &this.ns, "hosting", "the TLS registry", |d| {
+        wait_published(&this.client, &this.ns, "hosting", "the TLS registry", |d| {
             d.host_from_cluster_network.as_deref() == Some(address.as_str())
         })
         .await;
-        let host = document.host.clone().expect("a host for tools outside");
-        push(true, &own_image(release), &format!("{host}/{release}/app:1"), None);
+        // Seeded through the ClusterIP, which the node reaches on every kube-proxy mode; nftables serves no
+        // NodePort on the node's loopback, where the published `host` is (the publisher's tests push there).
+        push(true, &own_image(release), &format!("{}:5000/{release}/app:1", this.ip), None);
         this
     }
 
