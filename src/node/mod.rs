@@ -335,7 +335,7 @@ pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<St
 }
 
 /// Whether `address` is the node's loopback at the port the node itself serves the registry on.
-fn served_on_node_loopback(address: &str, node_port: Option<i32>) -> bool {
+pub fn served_on_node_loopback(address: &str, node_port: Option<i32>) -> bool {
     let Ok((host, port)) = split_port(address) else {
         return false;
     };

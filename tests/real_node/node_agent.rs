@@ -346,7 +346,7 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
     images();
     let ns = plane.namespace(&client, "loopback").await.expect("namespace");
     nodeport_registry(&client, &ns).await;
-    let values = isolated_release_values(&ns, &agent_on());
+    let values = isolated_release_values(&ns, &[]);
     helm_install("loopback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| d.host.is_some()).await;
     let host = document.host.expect("a host");
@@ -355,15 +355,48 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
     assert_eq!(document.host_from_container_runtime, None);
     let ip = cluster_ip(&client, &ns, "registry").await;
     push(true, &own_image("loopback"), &format!("{ip}:5000/loopback/app:1"), None);
+    let image = format!("{host}/loopback/app:1");
 
-    // kube-proxy's nftables mode serves no NodePort on the node's loopback, and containerd would dial it there
-    // itself; the agent's file sends the pull to the ClusterIP, which both modes serve to the node.
+    // doctor reads kube-proxy's mode where kubeadm and kind keep it (the testbed keeps its node's there too), and
+    // says per node whether the node's containerd can pull the loopback nodePort. It exits 4 in every case here:
+    // this machine is not the node, so `host` does not answer from where doctor runs.
     let proxy = node().proxy_mode().as_str();
+    let on_node = format!(
+        "on node {}, kube-proxy runs in {proxy} mode (ConfigMap kube-system/kube-proxy (config.conf))",
+        node().name()
+    );
+    let (code, report) = doctor_status(&ns);
+    assert_eq!(code, Some(SOMETHING_WRONG), "{report}");
+    match node().proxy_mode() {
+        // Without the agent, iptables mode serves the loopback nodePort and the pod runs; nftables mode does not.
+        testbed::node::ProxyMode::Iptables => {
+            assert!(report.contains(&format!("{on_node}, which serves {host} on the node's loopback")), "{report}");
+            apply_in(&client, &ns, app_pod("without", &image)).await;
+            wait_phase(&client, &ns, "without", &["Running"]).await;
+        }
+        testbed::node::ProxyMode::Nftables => {
+            let fails = format!("{on_node}, which serves no {host} on the node's loopback: its containerd cannot pull");
+            assert!(report.contains(&fails), "{report}");
+            apply_in(&client, &ns, app_pod("without", &image)).await;
+            wait_waiting(&client, &ns, "without", "connect: connection refused").await;
+        }
+    }
+
+    // The agent's file sends the pull to the ClusterIP, which both modes serve to the node.
+    helm_upgrade("loopback", &ns, &isolated_release_values(&ns, &agent_on()));
     let (text, _) = wait_hosts_toml(&host, "agent on", |t| t.is_some()).await;
     assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
-    apply_in(&client, &ns, app_pod("app", &format!("{host}/loopback/app:1"))).await;
-    wait_phase(&client, &ns, "app", &["Running"]).await;
-    println!("kube-proxy {proxy}: a pod of {host}/loopback/app:1 runs through the agent's file");
+    apply_in(&client, &ns, app_pod("with", &image)).await;
+    wait_phase(&client, &ns, "with", &["Running"]).await;
+    println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
+    let said = match node().proxy_mode() {
+        testbed::node::ProxyMode::Iptables => format!("{on_node}, which serves {host} on the node's loopback"),
+        testbed::node::ProxyMode::Nftables => {
+            format!("{on_node}; {host} is pulled through the agent's file, to the ClusterIP")
+        }
+    };
+    let report = wait_doctor(&ns, SOMETHING_WRONG, |report| report.contains(&said)).await;
+    assert!(!report.contains("its containerd cannot pull"), "{report}");
     helm_uninstall("loopback", &ns);
     wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");

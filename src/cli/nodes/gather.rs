@@ -7,6 +7,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
+use super::proxy;
 use crate::keys;
 use crate::node::api::state::NodePullState;
 use crate::node::{self, NodePlan, NodePlanTarget};
@@ -39,6 +40,17 @@ async fn stored_plan(client: &Client, agents: &NodePlanTarget) -> Result<NodePla
     let found = configmaps.get_opt(&agents.name).await.map_err(|error| error.to_string())?;
     let text = found.and_then(|c| c.data?.remove(node::PLAN_KEY));
     text.map_or(Ok(NodePlan::default()), |text| NodePlan::from_json(&text).map_err(|error| error.to_string()))
+}
+
+/// What shows kube-proxy's mode on each node (see [`super::proxy`]), as this identity may read it.
+pub async fn proxies(client: &Client) -> proxy::Sources {
+    let (namespace, name) = proxy::CONFIG_MAP;
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let pods = pods.list(&ListParams::default().labels(proxy::POD_LABEL)).await.map(|l| l.items).unwrap_or_default();
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let config = configmaps.get_opt(name).await.ok().flatten().and_then(|c| c.data?.remove(proxy::CONFIG_KEY));
+    proxy::Sources { nodes: nodes.map(|l| l.items).map_err(|error| error.to_string()), pods, config }
 }
 
 /// What the agents that follow a plan are, and what they found: each read's failure kept as what to say.

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 
 use super::gather::Agents;
-use super::verdict;
+use super::{proxy, verdict};
 use crate::cli::section::Section;
 use crate::keys;
 use crate::node::{self, NodePlanTarget, Reason};
@@ -19,17 +19,48 @@ pub fn section(
     agents: Option<&NodePlanTarget>,
     decided: &Result<node::Decision, String>,
     found: Option<&Agents>,
+    proxies: Option<&proxy::Sources>,
 ) -> (Section, Vec<String>) {
     let mut section = Section::titled("Node pulls (containerd hosts.toml; docs/node-pulls.md)");
     let mut not_done = Vec::new();
-    section.wrong = !judge(&mut section, &mut not_done, published, kept, agents, decided, found);
+    let mut configured = Vec::new();
+    let well = judge(&mut section, &mut not_done, &mut configured, published, kept, agents, decided, found);
+    let address = published.and_then(proxy::loopback_pull_address);
+    let served = match (address, proxies) {
+        (Some(address), Some(proxies)) => loopback(&mut section, address, proxies, &configured),
+        _ => true,
+    };
+    section.wrong = !(well && served);
     (section, not_done)
 }
 
+/// Says, for each containerd node, whether kube-proxy there serves `address` (the runtime's, on the node's loopback
+/// at the nodePort) or the agent's file makes up for it (`configured`: the nodes whose file is in place); returns
+/// whether every node pulls it.
+fn loopback(section: &mut Section, address: &str, proxies: &proxy::Sources, configured: &[String]) -> bool {
+    let nodes = match &proxies.nodes {
+        Ok(nodes) => nodes,
+        Err(error) => {
+            section.say(format!("  nodes cannot be listed with this identity, so no kube-proxy mode is read: {error}"));
+            return true;
+        }
+    };
+    let mut well = true;
+    for node in nodes.iter().filter(|node| verdict::runs_containerd(node)) {
+        let name = node.name_any();
+        let (said, fails) = proxy::judge(proxy::on(node, proxies).as_ref(), address, configured.contains(&name));
+        well &= !fails;
+        section.say(format!("  on node {name}, {said}"));
+    }
+    well
+}
+
 /// Says the section into `section`; returns whether all is well.
+#[allow(clippy::too_many_arguments)]
 fn judge(
     section: &mut Section,
     not_done: &mut Vec<String>,
+    configured: &mut Vec<String>,
     published: Option<&Published>,
     kept: bool,
     agents: Option<&NodePlanTarget>,
@@ -141,6 +172,9 @@ fn judge(
         let found = verdict::Found { node, template: &template, pod, state, events: &found.events };
         let line = verdict::node(&found, plan);
         well &= !line.fails();
+        if matches!(line, verdict::Line::Configured(_)) {
+            configured.push(name.clone());
+        }
         covered += usize::from(!matches!(line, verdict::Line::NotCovered(_)));
         section.say(format!("  node {name}: {}", line.said()));
     }

@@ -1,9 +1,11 @@
 //! `doctor`'s node section: for each node, whether its containerd can pull every published address that needs a
 //! `hosts.toml` (see [`crate::node`]), as the node agent on that node last found it (its NodePullState), and why
-//! not when it cannot. [`gather`] reads, [`judge`] decides the section (pure) and [`verdict`] each node's line in it.
+//! not when it cannot, and whether kube-proxy there serves a runtime address on the node's loopback ([`proxy`]).
+//! [`gather`] reads, [`judge`] decides the section (pure) and [`verdict`] each node's line in it.
 
 mod gather;
 mod judge;
+mod proxy;
 pub(crate) mod verdict;
 
 use kube::Client;
@@ -34,6 +36,11 @@ pub async fn report(
         (Some(agents), Ok(decision)) if !decision.plan.hosts.is_empty() => Some(gather::agents(client, agents).await),
         _ => None,
     };
-    let (section, not_done) = judge::section(published, kept, agents, &decided, found.as_ref());
+    // kube-proxy's mode matters only where the runtime pulls the node's loopback at the nodePort.
+    let proxies = match published.and_then(proxy::loopback_pull_address) {
+        Some(_) => Some(gather::proxies(client).await),
+        None => None,
+    };
+    let (section, not_done) = judge::section(published, kept, agents, &decided, found.as_ref(), proxies.as_ref());
     Report { well: !section.show(), not_done }
 }

@@ -139,6 +139,12 @@ fn read_in(state: &NodeState) -> String {
 }
 
 /// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd.
+/// Whether `node`'s runtime reads containerd's hosts.toml at all.
+pub fn runs_containerd(node: &Node) -> bool {
+    let runtime = node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.container_runtime_version.as_str());
+    unsupported(runtime.unwrap_or_default()).is_none()
+}
+
 pub fn unsupported(runtime: &str) -> Option<String> {
     let (name, _) = runtime.split_once("://").unwrap_or((runtime, ""));
     let instead = match name {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::components::Recipe;
@@ -494,6 +494,14 @@ impl ControlPlane {
                 proxy.as_str()
             )));
         }
+        // kubeadm and kind keep kube-proxy's configuration in this ConfigMap, which their kube-proxy pods read and
+        // `doctor` reads the mode from; this node's kube-proxy reads the same text from its file.
+        let config = std::fs::read_to_string(dir.join("kube-proxy.yaml"))?;
+        let configmap = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-proxy", "namespace": "kube-system"}, "data": {"config.conf": config}});
+        Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+            .patch("kube-proxy", &PatchParams::apply("testbed").force(), &Patch::Apply(&configmap))
+            .await?;
         eprintln!(
             "[testbed] real node {name} (containerd {}, kube-proxy {}) Ready in {:.1}s",
             release.minor,

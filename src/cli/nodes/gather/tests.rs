@@ -100,3 +100,44 @@ async fn without_a_daemonset_passing_the_plan_there_is_none_and_refused_reads_ar
     assert!(found.pods.is_empty() && found.events.is_empty());
     assert!(found.states.is_ok_and(|s| s.is_empty()));
 }
+
+/// What `proxies` reads when the API server answers the nodes, kube-proxy's pods and its ConfigMap with `answers`.
+async fn proxies_answered(answers: [Answer; 3]) -> proxy::Sources {
+    let (client, mut server) = mock_api::pair();
+    let uris = [
+        "/api/v1/nodes?",
+        "/api/v1/namespaces/kube-system/pods?&labelSelector=k8s-app%3Dkube-proxy",
+        "/api/v1/namespaces/kube-system/configmaps/kube-proxy",
+    ];
+    let script = async {
+        for (uri, (code, body)) in uris.iter().zip(answers) {
+            server.get(uri, code, body).await;
+        }
+    };
+    let (found, ()) = tokio::join!(proxies(&client), script);
+    found
+}
+
+#[tokio::test]
+async fn kube_proxys_mode_is_read_from_the_nodes_its_pods_and_its_configmap_each_refusal_leaving_it_unknown() {
+    let config = json!({"metadata": {"name": "kube-proxy"}, "data": {proxy::CONFIG_KEY: "mode: nftables\n"}});
+    let found = proxies_answered([
+        (200, list("NodeList", vec![json!({"metadata": {"name": "a"}})])),
+        (200, list("PodList", vec![json!({"metadata": {"name": "kube-proxy-a"}})])),
+        (200, config),
+    ])
+    .await;
+    assert_eq!(found.nodes.expect("nodes").len(), 1);
+    assert_eq!(found.pods.len(), 1);
+    assert_eq!(found.config.as_deref(), Some("mode: nftables\n"));
+    let refused = proxies_answered([forbidden(), forbidden(), forbidden()]).await;
+    assert!(refused.nodes.is_err_and(|why| why.contains("Forbidden")));
+    assert!(refused.pods.is_empty() && refused.config.is_none());
+    let absent = proxies_answered([
+        (200, list("NodeList", Vec::new())),
+        (200, list("PodList", Vec::new())),
+        (404, status(404, "NotFound")),
+    ])
+    .await;
+    assert_eq!(absent.config, None);
+}

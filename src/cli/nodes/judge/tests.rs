@@ -64,7 +64,7 @@ fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_
     let target = target();
     let published = registry(None);
     let unreadable = Err("configmaps \"lrp-node-plan\" is forbidden".to_string());
-    let (section, not_done) = super::section(Some(&published), true, Some(&target), &unreadable, None);
+    let (section, not_done) = super::section(Some(&published), true, Some(&target), &unreadable, None, None);
     assert_eq!(section.lines[0], "\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
     assert!(section.lines[1].starts_with("  the published registry has a problem (above), so its last good document"));
     assert_eq!(
@@ -73,7 +73,7 @@ fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_
     );
     assert!(!section.wrong && not_done.is_empty());
     // Not kept: no word of a problem.
-    let (section, _) = super::section(Some(&published), false, Some(&target), &empty(), None);
+    let (section, _) = super::section(Some(&published), false, Some(&target), &empty(), None, None);
     assert!(!text(&section).contains("has a problem"), "{section:?}");
 }
 
@@ -83,19 +83,19 @@ fn an_unusable_ca_bundle_fails_and_a_tls_registry_without_one_is_told_as_pulled_
     let published = registry(None);
     let problem = CaProblem::Annotation { value: "nonsense".into(), namespace: "reg".into() };
     let unusable = Ok(node::Decision { ca_problem: Some(problem), ..node::Decision::default() });
-    let (failed, _) = super::section(Some(&published), false, Some(&target), &unusable, None);
+    let (failed, _) = super::section(Some(&published), false, Some(&target), &unusable, None, None);
     assert!(failed.wrong);
     assert!(failed.lines[1].starts_with("  the registry serves TLS and its CA bundle cannot be used"), "{failed:?}");
     assert!(failed.lines[1].ends_with(" (as read by this identity)"), "{failed:?}");
 
     let mut tls = registry(None);
     tls.ports.tls = true;
-    let (told, _) = super::section(Some(&tls), false, Some(&target), &empty(), None);
+    let (told, _) = super::section(Some(&tls), false, Some(&target), &empty(), None, None);
     assert!(!told.wrong);
     assert!(
         told.lines[1].starts_with("  the registry serves TLS: nodes are configured for it only with its CA bundle")
     );
-    let (plain, _) = super::section(Some(&published), false, Some(&target), &empty(), None);
+    let (plain, _) = super::section(Some(&published), false, Some(&target), &empty(), None, None);
     assert_eq!(
         plain.lines[1],
         "  no published address needs a hosts.toml: each node's containerd pulls them as they are"
@@ -113,9 +113,10 @@ fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror
         Some(&target),
         &decided(&["docker.io"]),
         Some(&agents(Ok(&["a"]), true)),
+        None,
     );
     assert_eq!(not_done[0], format!("docker.io gets no node file: it {}", Refusal::NotAllowed));
-    let (off, not_done) = super::section(Some(&published), false, None, &decided(&["docker.io"]), None);
+    let (off, not_done) = super::section(Some(&published), false, None, &decided(&["docker.io"]), None, None);
     assert!(not_done.is_empty(), "with the agents off no address gets a file: {not_done:?}");
     assert!(
         text(&off)
@@ -131,7 +132,7 @@ fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror
         mirror_problems: vec![MirrorProblem { mirror, fault: MirrorFault::Missing }],
         ..node::Decision::default()
     });
-    let (section, _) = super::section(Some(&published), false, Some(&target), &broken, None);
+    let (section, _) = super::section(Some(&published), false, Some(&target), &broken, None, None);
     assert!(section.wrong, "{section:?}");
     assert!(section.lines[1].contains("docker.io"), "{section:?}");
     assert_eq!(
@@ -145,7 +146,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     let target = target();
     let published = registry(None);
     let found = agents(Ok(&["a", "docker-b"]), true);
-    let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
+    let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found), None);
     assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to {CLUSTER_IP_ENDPOINT}"));
     assert!(
         section.lines[2].starts_with("  what every node pulls is decided in these namespaces, so only cluster admins")
@@ -161,7 +162,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
 
     let mut mirrored = decided(&[]).expect("a decision");
     mirrored.plan.hosts[0].server = Some("https://registry-1.docker.io".into());
-    let (section, _) = super::section(Some(&published), false, Some(&target), &Ok(mirrored), Some(&found));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &Ok(mirrored), Some(&found), None);
     assert_eq!(
         section.lines[1],
         format!(
@@ -175,7 +176,7 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
     let target = target();
     let published = registry(None);
     let unlisted = agents(Err("nodes is forbidden"), true);
-    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&unlisted));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&unlisted), None);
     assert_eq!(
         section.lines.last().map(String::as_str),
         Some("  nodes cannot be listed with this identity: nodes is forbidden")
@@ -183,7 +184,7 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
     assert!(!section.wrong);
 
     let without = agents(Ok(&["a"]), false);
-    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&without));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&without), None);
     assert_eq!(
         section.lines.last().map(String::as_str),
         Some("  no node agent DaemonSet in namespace lrp follows the plan lrp-node-plan: is nodeAgent.enabled set?")
@@ -192,7 +193,8 @@ fn what_cannot_be_read_of_the_agents_is_told_and_only_a_missing_daemonset_fails(
 
     let mut stateless = agents(Ok(&["docker-a"]), true);
     stateless.states = Err("nodepullstates is forbidden".into());
-    let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&stateless));
+    let (section, not_done) =
+        super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&stateless), None);
     assert!(text(&section).contains(
         "  the nodes' states (NodePullState) cannot be read with this identity: nodepullstates is forbidden"
     ));
@@ -237,8 +239,51 @@ fn each_node_is_judged_by_its_own_agent_pod_and_its_own_state() {
         ..NodeState::default()
     });
     found.states = Ok(vec![state]);
-    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found));
+    let (section, _) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found), None);
     let said = text(&section);
     assert!(said.contains("  node a: configured by agent-a"), "{said}");
     assert!(said.contains("  node b: no node agent pod runs here yet"), "{said}");
+
+    // kube-proxy in nftables mode: the node whose agent wrote the file pulls the loopback nodePort through it.
+    let nodes = found.nodes.clone();
+    let nftables = proxy::Sources { nodes, pods: Vec::new(), config: Some("mode: nftables\n".into()) };
+    let (section, _) =
+        super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found), Some(&nftables));
+    let said = text(&section);
+    let running = "kube-proxy runs in nftables mode (ConfigMap kube-system/kube-proxy (config.conf))";
+    let through =
+        format!("  on node a, {running}; localhost:30500 is pulled through the agent's file, to the ClusterIP");
+    assert!(said.contains(&through), "{said}");
+    assert!(said.contains(&format!("  on node b, {running}, which serves no localhost:30500")), "{said}");
+}
+
+#[test]
+fn with_the_agent_off_kube_proxys_mode_decides_each_nodes_pull_of_the_loopback_node_port() {
+    let published = registry(None);
+    let sources = |config: &str| proxy::Sources {
+        nodes: Ok(vec![node("a"), {
+            let mut docker = node("docker-b");
+            docker.status.as_mut().and_then(|s| s.node_info.as_mut()).expect("info").container_runtime_version =
+                "docker://27.0.1".into();
+            docker
+        }]),
+        pods: Vec::new(),
+        config: Some(config.into()),
+    };
+    let (nftables, _) =
+        super::section(Some(&published), false, None, &decided(&[]), None, Some(&sources("mode: nftables\n")));
+    let said = text(&nftables);
+    assert!(nftables.wrong, "{said}");
+    assert!(
+        said.contains("  on node a, kube-proxy runs in nftables mode") && said.contains("cannot pull it"),
+        "{said}"
+    );
+    assert!(!said.contains("on node docker-b"), "a node that reads no hosts.toml is the runtime section's: {said}");
+    let (iptables, _) =
+        super::section(Some(&published), false, None, &decided(&[]), None, Some(&sources("mode: iptables\n")));
+    assert!(!iptables.wrong, "{:?}", iptables.lines);
+    assert!(text(&iptables).contains("which serves localhost:30500 on the node's loopback"));
+    let unlisted = proxy::Sources { nodes: Err("forbidden".into()), pods: Vec::new(), config: None };
+    let (unlisted, _) = super::section(Some(&published), false, None, &decided(&[]), None, Some(&unlisted));
+    assert!(!unlisted.wrong && text(&unlisted).contains("nodes cannot be listed with this identity, so no kube-proxy"));
 }
