@@ -24,7 +24,7 @@ files_of() {
     node) echo "src/node/*.rs src/node/api/*.rs" ;;
     agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
-    cli) echo "src/cli/doctor/judge.rs src/cli/nodes/judge.rs src/cli/nodes/verdict.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
+    cli) echo "src/cli/doctor/judge.rs src/cli/nodes/judge.rs src/cli/nodes/verdict.rs src/cli/nodes/proxy.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
     shell) echo "src/escape.rs src/health.rs src/selector.rs src/config/mod.rs src/cli/mod.rs src/events.rs src/agent/mod.rs src/metrics_auth.rs" ;;
     *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli, shell)" >&2; return 2 ;;
   esac
