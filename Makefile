@@ -42,18 +42,29 @@ test: image
 	if [ $$status != 0 ]; then kill -- -$$window 2>/dev/null; exit $$status; fi; \
 	echo "[test] waiting for the windows' tools"; \
 	wait $$window || { tail -n 40 target/tools-window.log >&2; echo "[test] hack/tools.sh window failed" >&2; exit 1; }
-	@for minor in $(KUBE_WINDOW); do \
-	  echo "[test] the cluster test files against Kubernetes $$minor"; \
-	  LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
-	done
-	@for release in $(CONTAINERD_RERUN); do \
-	  echo "[test] the node agent's real-node tests on containerd $$release"; \
-	  LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
-	done
-	@for mode in $(PROXY_RERUN); do \
-	  echo "[test] the node agent's real-node tests with kube-proxy in $$mode mode"; \
-	  LRP_KUBE_PROXY=$$mode $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
-	done
+	@echo "[test] the windows' runs in two lanes at once, each on clusters of its own (target/window-*.log)"; \
+	started=$$(date +%s); \
+	( for minor in $(KUBE_WINDOW); do \
+	    echo "[test] the cluster test files against Kubernetes $$minor"; \
+	    LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
+	  done ) >target/window-kubernetes.log 2>&1 & kubernetes=$$!; \
+	( for release in $(CONTAINERD_RERUN); do \
+	    echo "[test] the node agent's real-node tests on containerd $$release"; \
+	    LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
+	  done; \
+	  for mode in $(PROXY_RERUN); do \
+	    echo "[test] the node agent's real-node tests with kube-proxy in $$mode mode"; \
+	    LRP_KUBE_PROXY=$$mode $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
+	  done ) >target/window-node.log 2>&1 & node=$$!; \
+	status=0; \
+	for lane in kubernetes node; do \
+	  pid=$$kubernetes; [ $$lane = node ] && pid=$$node; \
+	  wait $$pid; lane_status=$$?; \
+	  echo "[test] lane $$lane: exit $$lane_status after $$(( $$(date +%s) - started ))s; its log:"; \
+	  cat target/window-$$lane.log; \
+	  [ $$lane_status = 0 ] || status=$$lane_status; \
+	done; \
+	exit $$status
 
 ## test-containerd-window: the node agent's real-node tests on every containerd release of the window (1.7, 2.2, 2.3
 ## and the main pin 2.4: what kind, k3s, minikube and MicroK8s ship), building 2.2, which `make test` does not; when
