@@ -27,9 +27,9 @@ use std::time::Duration;
 use support::root;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::Client;
-use kube::api::{Api, ListParams, LogParams};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use local_registry_publisher::agent::runtime::containerd::hosts::{CA_FILE, HEADER};
 use local_registry_publisher::hosting::{DATA_KEY, LocalRegistryHostingV1};

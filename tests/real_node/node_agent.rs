@@ -401,3 +401,41 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
     wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
+
+#[tokio::test]
+async fn the_node_agent_maps_a_published_ipv6_loopback_node_port_which_no_proxy_mode_serves() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, "loopback6").await.expect("namespace");
+    nodeport_registry(&client, &ns).await;
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let spec = services.get("registry").await.expect("the registry Service").spec;
+    let node_port = spec.and_then(|s| s.ports?.first()?.node_port).expect("a nodePort");
+    let host = format!("[::1]:{node_port}");
+    let annotation = json!({"metadata": {"annotations": {"local-registry-publisher.io/host": host}}});
+    services.patch("registry", &PatchParams::default(), &Patch::Merge(&annotation)).await.expect("annotate");
+    let values = isolated_release_values(&ns, &[]);
+    helm_install("loopback6", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_published(&client, &ns, "hosting", "the IPv6 loopback host", |d| d.host.as_deref() == Some(host.as_str()))
+        .await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    push(true, &own_image("loopback6"), &format!("{ip}:5000/loopback6/app:1"), None);
+    let image = format!("{host}/loopback6/app:1");
+
+    // No kube-proxy mode serves a NodePort on [::1] (iptables' route_localnet is IPv4's alone).
+    let proxy = node().proxy_mode().as_str();
+    apply_in(&client, &ns, app_pod("without", &image)).await;
+    let refused = wait_waiting(&client, &ns, "without", "connection refused").await;
+    println!("kube-proxy {proxy}, no agent: {refused}");
+
+    helm_upgrade("loopback6", &ns, &isolated_release_values(&ns, &agent_on()));
+    let (text, _) = wait_hosts_toml(&host, "agent on", |t| t.is_some()).await;
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
+    apply_in(&client, &ns, app_pod("with", &image)).await;
+    wait_phase(&client, &ns, "with", &["Running"]).await;
+    println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
+    helm_uninstall("loopback6", &ns);
+    wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
