@@ -257,6 +257,13 @@ fn a_headless_registry_is_reached_on_the_node_loopback_at_its_node_port_else_not
         entries(&planned(Some(&with_node_port), None)),
         [("registry.registry.svc.cluster.local:5000", "http://127.0.0.1:30500")]
     );
+    // Loopback at another port, and the node's own address at the nodePort, are not where the node reaches it.
+    for other in ["localhost:5001", "10.0.0.10:30500"] {
+        let mut at = with_node_port.clone();
+        at.document.host = Some(other.into());
+        let (plan, _) = plan(Some(&at), None, &allowing(&[other]));
+        assert!(entries(&plan).contains(&(other, "http://127.0.0.1:30500")), "{other}: {plan:?}");
+    }
 }
 
 #[test]
