@@ -254,14 +254,35 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
     // mirror entry for localhost:5001 sends the pull to the registry's ClusterIP.
     let mut allowed = agent_on();
     allowed.push(format!("nodeAgent.allowedAddresses={{{address}}}"));
-    helm_upgrade("kindhost", &ns, &isolated_release_values(&ns, &allowed));
+    pulls_through_the_agents_file(&client, &ns, "kindhost", &allowed, address, &ip, &image).await;
+    uninstalled(&client, "kindhost", &ns, address).await;
+}
+
+/// Turns the node agent on for `release` in `ns` (with `values`) and waits for its file for `address`, which maps it
+/// to the registry's ClusterIP `ip`; a pod `with` of `image` then runs through it.
+async fn pulls_through_the_agents_file(
+    client: &Client,
+    ns: &str,
+    release: &str,
+    values: &[String],
+    address: &str,
+    ip: &str,
+    image: &str,
+) {
+    helm_upgrade(release, ns, &isolated_release_values(ns, values));
     let (text, _) = wait_hosts_toml(address, "agent on", |t| t.is_some()).await;
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")));
-    apply_in(&client, &ns, app_pod("with", &image)).await;
-    wait_phase(&client, &ns, "with", &["Running"]).await;
-    helm_uninstall("kindhost", &ns);
+    let proxy = node().proxy_mode().as_str();
+    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
+    apply_in(client, ns, app_pod("with", image)).await;
+    wait_phase(client, ns, "with", &["Running"]).await;
+    println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
+}
+
+/// Uninstalls `release`, waits until its file for `address` is gone, and deletes `ns`.
+async fn uninstalled(client: &Client, release: &str, ns: &str, address: &str) {
+    helm_uninstall(release, ns);
     wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
-    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+    plane().delete_namespace(client, ns).await.expect("delete namespace");
 }
 
 #[tokio::test]
@@ -383,12 +404,7 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
     }
 
     // The agent's file sends the pull to the ClusterIP, which both modes serve to the node.
-    helm_upgrade("loopback", &ns, &isolated_release_values(&ns, &agent_on()));
-    let (text, _) = wait_hosts_toml(&host, "agent on", |t| t.is_some()).await;
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
-    apply_in(&client, &ns, app_pod("with", &image)).await;
-    wait_phase(&client, &ns, "with", &["Running"]).await;
-    println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
+    pulls_through_the_agents_file(&client, &ns, "loopback", &agent_on(), &host, &ip, &image).await;
     let said = match node().proxy_mode() {
         testbed::node::ProxyMode::Iptables => format!("{on_node}, which serves {host} on the node's loopback"),
         testbed::node::ProxyMode::Nftables => {
@@ -397,9 +413,7 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
     };
     let report = wait_doctor(&ns, SOMETHING_WRONG, |report| report.contains(&said)).await;
     assert!(!report.contains("its containerd cannot pull"), "{report}");
-    helm_uninstall("loopback", &ns);
-    wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
-    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+    uninstalled(&client, "loopback", &ns, &host).await;
 }
 
 #[tokio::test]
@@ -429,13 +443,6 @@ async fn the_node_agent_maps_a_published_ipv6_loopback_node_port_which_no_proxy_
     let refused = wait_waiting(&client, &ns, "without", "connection refused").await;
     println!("kube-proxy {proxy}, no agent: {refused}");
 
-    helm_upgrade("loopback6", &ns, &isolated_release_values(&ns, &agent_on()));
-    let (text, _) = wait_hosts_toml(&host, "agent on", |t| t.is_some()).await;
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
-    apply_in(&client, &ns, app_pod("with", &image)).await;
-    wait_phase(&client, &ns, "with", &["Running"]).await;
-    println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
-    helm_uninstall("loopback6", &ns);
-    wait_hosts_toml(&host, "after uninstall", |t| t.is_none()).await;
-    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+    pulls_through_the_agents_file(&client, &ns, "loopback6", &agent_on(), &host, &ip, &image).await;
+    uninstalled(&client, "loopback6", &ns, &host).await;
 }
