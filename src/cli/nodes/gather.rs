@@ -42,15 +42,24 @@ async fn stored_plan(client: &Client, agents: &NodePlanTarget) -> Result<NodePla
     text.map_or(Ok(NodePlan::default()), |text| NodePlan::from_json(&text).map_err(|error| error.to_string()))
 }
 
-/// What shows kube-proxy's mode on each node (see [`super::proxy`]), as this identity may read it.
-pub async fn proxies(client: &Client) -> proxy::Sources {
+/// What shows kube-proxy's mode on each node (see [`super::proxy`]), as this identity may read it; `nodes` when
+/// they were read already (with the agents), else read here.
+pub async fn proxies(client: &Client, nodes: Option<&Result<Vec<Node>, String>>) -> proxy::Sources {
     let (namespace, name) = proxy::CONFIG_MAP;
-    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
+    let nodes = match nodes {
+        Some(nodes) => nodes.clone(),
+        None => list_nodes(client).await,
+    };
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
     let pods = pods.list(&ListParams::default().labels(proxy::POD_LABEL)).await.map(|l| l.items).unwrap_or_default();
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let config = configmaps.get_opt(name).await.ok().flatten().and_then(|c| c.data?.remove(proxy::CONFIG_KEY));
-    proxy::Sources { nodes: nodes.map(|l| l.items).map_err(|error| error.to_string()), pods, config }
+    proxy::Sources { nodes, pods, config }
+}
+
+async fn list_nodes(client: &Client) -> Result<Vec<Node>, String> {
+    let listed = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
+    listed.map(|l| l.items).map_err(|error| error.to_string())
 }
 
 /// What the agents that follow a plan are, and what they found: each read's failure kept as what to say.
@@ -67,7 +76,7 @@ pub struct Agents {
 
 /// The nodes, and the agents of the plan `agents` names with their states and Events.
 pub async fn agents(client: &Client, agents: &NodePlanTarget) -> Agents {
-    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
+    let nodes = list_nodes(client).await;
     let labelled = ListParams::default().labels_from(&equal(keys::chart::COMPONENT, keys::chart::NODE_AGENT));
     let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &agents.namespace);
     let daemonset = daemonsets.list(&labelled).await.ok().and_then(|listed| following(listed.items, agents));
@@ -77,13 +86,7 @@ pub async fn agents(client: &Client, agents: &NodePlanTarget) -> Agents {
     let states = states.list(&ListParams::default()).await;
     let events = Api::<Event>::namespaced(client.clone(), &agents.namespace);
     let events = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-    Agents {
-        nodes: nodes.map(|l| l.items).map_err(|error| error.to_string()),
-        daemonset,
-        pods,
-        states: states.map(|l| l.items).map_err(|error| error.to_string()),
-        events,
-    }
+    Agents { nodes, daemonset, pods, states: states.map(|l| l.items).map_err(|error| error.to_string()), events }
 }
 
 /// The DaemonSet among `daemonsets` whose pod template passes the plan `agents` names to its agents.

@@ -38,7 +38,7 @@ pub async fn report(
     };
     // kube-proxy's mode matters only where the runtime pulls the node's loopback at the nodePort.
     let proxies = match published.and_then(proxy::loopback_pull_address) {
-        Some(_) => Some(gather::proxies(client).await),
+        Some(_) => Some(gather::proxies(client, found.as_ref().map(|found| &found.nodes)).await),
         None => None,
     };
     let (section, not_done) = judge::section(published, kept, agents, &decided, found.as_ref(), proxies.as_ref());

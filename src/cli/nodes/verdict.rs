@@ -60,9 +60,7 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
     }
-    let runtime =
-        found.node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.container_runtime_version.as_str());
-    if let Some(why) = unsupported(runtime.unwrap_or_default()) {
+    if let Some(why) = unsupported(runtime(found.node)) {
         return Line::NotCovered(why);
     }
     let Some(pod) = found.pod else {
@@ -139,10 +137,15 @@ fn read_in(state: &NodeState) -> String {
 }
 
 /// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd.
+/// `node`'s container runtime as its kubelet reports it (`containerd://2.4.2`), empty when not reported.
+fn runtime(node: &Node) -> &str {
+    let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
+    info.map_or("", |i| i.container_runtime_version.as_str())
+}
+
 /// Whether `node`'s runtime reads containerd's hosts.toml at all.
 pub fn runs_containerd(node: &Node) -> bool {
-    let runtime = node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.container_runtime_version.as_str());
-    unsupported(runtime.unwrap_or_default()).is_none()
+    unsupported(runtime(node)).is_none()
 }
 
 pub fn unsupported(runtime: &str) -> Option<String> {

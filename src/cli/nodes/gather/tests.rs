@@ -114,7 +114,7 @@ async fn proxies_answered(answers: [Answer; 3]) -> proxy::Sources {
             server.get(uri, code, body).await;
         }
     };
-    let (found, ()) = tokio::join!(proxies(&client), script);
+    let (found, ()) = tokio::join!(proxies(&client, None), script);
     found
 }
 
@@ -140,4 +140,22 @@ async fn kube_proxys_mode_is_read_from_the_nodes_its_pods_and_its_configmap_each
     ])
     .await;
     assert_eq!(absent.config, None);
+}
+
+#[tokio::test]
+async fn nodes_read_with_the_agents_are_not_listed_again_for_kube_proxys_mode() {
+    let (client, mut server) = mock_api::pair();
+    let script = async {
+        server
+            .get(
+                "/api/v1/namespaces/kube-system/pods?&labelSelector=k8s-app%3Dkube-proxy",
+                403,
+                status(403, "Forbidden"),
+            )
+            .await;
+        server.get("/api/v1/namespaces/kube-system/configmaps/kube-proxy", 404, status(404, "NotFound")).await;
+    };
+    let known = Ok(vec![Node::default()]);
+    let (found, ()) = tokio::join!(proxies(&client, Some(&known)), script);
+    assert_eq!(found.nodes.expect("the nodes given").len(), 1);
 }
