@@ -1,5 +1,5 @@
 //! `testbed demo <controller>`: the controller publishing a sample registry on the local control plane, then
-//! following a change of the registry's nodePort. With a real node (where the machine allows one) the registry
+//! following the registry as it moves to another port. With a real node (where the machine allows one) the registry
 //! really runs, an image is pushed to the published host and a pod runs from it: the KEP-1755 flow.
 
 use std::path::Path;
@@ -14,18 +14,57 @@ use kube::discovery::ApiResource;
 use crate::{ControlPlane, Error, wait_until};
 
 const NAMESPACE: &str = "registry";
-const FIRST_PORT: i32 = 30500;
-const SECOND_PORT: i32 = 30600;
+
+/// Where the node serves the registry: its Service's nodePort and, on a node whose kube-proxy serves no NodePort on
+/// its loopback (nftables mode), a hostPort on the registry pod as well, which the CNI's portmap serves there and
+/// which the controller publishes before a nodePort (README, rules).
+#[derive(Clone, Copy)]
+struct Ports {
+    node_port: i32,
+    host_port: Option<i32>,
+}
+
+impl Ports {
+    fn first(loopback_node_ports: bool) -> Self {
+        Self { node_port: 30500, host_port: (!loopback_node_ports).then_some(5001) }
+    }
+
+    fn second(loopback_node_ports: bool) -> Self {
+        Self { node_port: 30600, host_port: (!loopback_node_ports).then_some(5002) }
+    }
+
+    /// The `host` the controller publishes with its default node address.
+    fn host(self) -> String {
+        format!("localhost:{}", self.host_port.unwrap_or(self.node_port))
+    }
+
+    fn describe(self) -> String {
+        match self.host_port {
+            Some(host_port) => format!("nodePort {} and hostPort {host_port}", self.node_port),
+            None => format!("nodePort {}", self.node_port),
+        }
+    }
+}
 
 pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
     let client = plane.client().await?;
+    let mut loopback_node_ports = true;
     if let Some(node) = plane.real_node() {
-        let (containerd, proxy) = (&node.containerd_release().minor, node.proxy_mode().as_str());
+        let (containerd, proxy) = (&node.containerd_release().minor, node.proxy_mode());
         step(&format!(
-            "The real node {} runs containerd {containerd} and kube-proxy in {proxy} mode (LRP_CONTAINERD, LRP_KUBE_PROXY)",
-            node.name()
+            "The real node {} runs containerd {containerd} and kube-proxy in {} mode (LRP_CONTAINERD, LRP_KUBE_PROXY)",
+            node.name(),
+            proxy.as_str()
         ));
+        loopback_node_ports = proxy == crate::node::ProxyMode::Iptables;
+        if !loopback_node_ports {
+            println!(
+                "    kube-proxy serves no NodePort on the node's loopback in this mode, so the registry pod takes a \
+                 hostPort too, which the CNI's portmap serves there and the controller publishes before the nodePort"
+            );
+        }
     }
+    let (first, second) = (Ports::first(loopback_node_ports), Ports::second(loopback_node_ports));
     step(
         "Deploying a sample registry: namespace registry labelled local-registry-publisher.io/registries=allowed (a cluster admin's consent), Deployment registry/registry and a NodePort Service labelled local-registry-publisher.io/registry=true",
     );
@@ -39,22 +78,13 @@ pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
             let crane = crate::node::crane_image(plane.tools(), &plane.dir().join("images"))?;
             node.import(&crane)?;
             serde_json::json!({"name": "registry", "image": crane.name, "imagePullPolicy": "Never",
-                "args": ["registry", "serve", "--address", ":5000"], "ports": [{"containerPort": 5000}],
+                "args": ["registry", "serve", "--address", ":5000"],
                 "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}})
         }
-        None => serde_json::json!({"name": "registry", "image": "registry:2", "ports": [{"containerPort": 5000}]}),
+        None => serde_json::json!({"name": "registry", "image": "registry:2"}),
     };
-    apply(
-        &client,
-        serde_json::json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "registry", "namespace": NAMESPACE},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "registry"}},
-                "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [container]}}}
-        }),
-    )
-    .await?;
-    apply(&client, registry_service(FIRST_PORT)).await?;
+    apply(&client, registry_deployment(&container, first)).await?;
+    apply(&client, registry_service(first)).await?;
 
     step(&format!("Starting the controller: {}", controller.display()));
     let mut child = Command::new(controller)
@@ -66,25 +96,33 @@ pub async fn run(plane: &ControlPlane, controller: &Path) -> Result<(), Error> {
         .stdin(Stdio::null())
         .spawn()
         .map_err(|source| Error::Spawn { program: controller.to_path_buf(), source })?;
-    let result = show(&client, plane).await;
+    let result = show(&client, plane, (first, second), &container).await;
     step("Stopping the controller (SIGTERM)");
     stop(&mut child);
     result
 }
 
-async fn show(client: &kube::Client, plane: &ControlPlane) -> Result<(), Error> {
+async fn show(
+    client: &kube::Client,
+    plane: &ControlPlane,
+    (first, second): (Ports, Ports),
+    container: &serde_json::Value,
+) -> Result<(), Error> {
     let started = Instant::now();
-    let text = wait_for_host(client, &format!("localhost:{FIRST_PORT}")).await?;
+    let text = wait_for_host(client, &first.host()).await?;
     step(&format!("Published in {:.1}s: kube-public/local-registry-hosting holds", started.elapsed().as_secs_f64()));
     print_document(&text);
     if let Some(node) = plane.real_node() {
-        kep_flow(client, plane, node).await?;
+        kep_flow(client, plane, node, &first.host()).await?;
     }
 
-    step(&format!("Changing the Service's nodePort from {FIRST_PORT} to {SECOND_PORT}"));
+    step(&format!("Moving the registry from {} to {}", first.describe(), second.describe()));
     let changed = Instant::now();
-    apply(client, registry_service(SECOND_PORT)).await?;
-    let text = wait_for_host(client, &format!("localhost:{SECOND_PORT}")).await?;
+    if second.host_port.is_some() {
+        apply(client, registry_deployment(container, second)).await?;
+    }
+    apply(client, registry_service(second)).await?;
+    let text = wait_for_host(client, &second.host()).await?;
     step(&format!("The ConfigMap followed in {} ms:", changed.elapsed().as_millis()));
     print_document(&text);
     let events =
@@ -100,13 +138,18 @@ async fn show(client: &kube::Client, plane: &ControlPlane) -> Result<(), Error> 
 
 /// What Tilt or Skaffold then do with the published values, for real: push to `host` from the node (where
 /// `localhost` is the node, as on a single-node cluster), and run a pod whose image names that host.
-async fn kep_flow(client: &kube::Client, plane: &ControlPlane, node: &crate::RealNode) -> Result<(), Error> {
-    let image = format!("localhost:{FIRST_PORT}/demo/pause:1");
+async fn kep_flow(
+    client: &kube::Client,
+    plane: &ControlPlane,
+    node: &crate::RealNode,
+    host: &str,
+) -> Result<(), Error> {
+    let image = format!("{host}/demo/pause:1");
     step(&format!("Pushing an image to the published host, as a tool on the node would: crane push ... {image}"));
     let crane = plane.tools().join("crane");
     let layout = plane.dir().join("images/pause");
     let mut pushed = None;
-    // kube-proxy programs the nodePort a moment after the registry is Ready.
+    // kube-proxy programs the nodePort (portmap the hostPort) a moment after the registry is Ready.
     for _ in 0..60 {
         let output = node.command(&crane).arg("push").arg(&layout).arg(&image).arg("--insecure").output()?;
         if output.status.success() {
@@ -149,7 +192,23 @@ fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
     }
 }
 
-fn registry_service(node_port: i32) -> serde_json::Value {
+fn registry_deployment(container: &serde_json::Value, ports: Ports) -> serde_json::Value {
+    let mut container = container.clone();
+    let port = match ports.host_port {
+        Some(host_port) => serde_json::json!({"containerPort": 5000, "hostPort": host_port}),
+        None => serde_json::json!({"containerPort": 5000}),
+    };
+    container["ports"] = serde_json::json!([port]);
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "registry", "namespace": NAMESPACE},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [container]}}}
+    })
+}
+
+fn registry_service(ports: Ports) -> serde_json::Value {
+    let node_port = ports.node_port;
     serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "namespace": NAMESPACE,

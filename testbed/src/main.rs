@@ -16,7 +16,7 @@ wired to the machine by a veth; the API server then listens on the machine's end
 cgroups, and says which is missing.
 
 `demo` starts the same control plane, deploys a sample registry, runs the controller, prints what it
-publishes, changes the registry's nodePort, shows the ConfigMap follow, and stops everything.";
+publishes, moves the registry to another port, shows the ConfigMap follow, and stops everything.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

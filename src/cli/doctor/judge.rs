@@ -73,13 +73,19 @@ pub fn from_this_machine(document: &LocalRegistryHostingV1, probed: Option<&prob
 
 /// What to do when `host`, the node's loopback at the registry's port, does not answer here: it answers only on a
 /// machine that is the node (kind, k3d, Docker Desktop); a node in a VM or elsewhere is reached at its InternalIP.
+/// On the node itself a nodePort answers on loopback only where kube-proxy serves it there (not in nftables mode,
+/// never on [::1]), while a hostPort does in every mode (the CNI's portmap).
 pub fn loopback_hint(host: &str, answered: bool) -> Option<String> {
     let (name, port) = host.rsplit_once(':')?;
     let loopback = name == "localhost" || name == "[::1]" || name.starts_with("127.");
     (!answered && loopback && port.parse::<u16>().is_ok()).then(|| {
         "if this machine is not the registry's node (minikube, a VM, a remote cluster), its loopback does not \
          reach the registry: publish the node's InternalIP instead, with the chart value registry.nodeAddress=internal-ip \
-         (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip)"
+         (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip). \
+         If it is the node (k3s, MicroK8s) and the port is a nodePort, kube-proxy serves it on loopback in iptables mode \
+         only (not in nftables mode, never on [::1]; the node section says the mode): give the registry pod a hostPort, \
+         which the CNI's portmap serves on loopback in every mode and the controller publishes before a nodePort, or \
+         publish the InternalIP as above"
             .to_string()
     })
 }
