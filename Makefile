@@ -15,7 +15,8 @@ demo:
 
 ## test: build the tools and the controller image if needed, then run every unit and integration test on the main
 ## pin, the cluster test files again on the tested window's other ends (the chart's floor and the newest minor), and
-## the node agent's real-node tests again on containerd 1.7 and 2.3 and with kube-proxy in nftables mode.
+## the node agent's real-node tests again on containerd 1.7 and 2.3 and, with the loopback pushes' tests, with kube-proxy in
+## nftables mode.
 ## The windows' other ends (hack/tools.sh window) are built in the background while the main pin's tests run
 ## (their log: target/tools-window.log), since only the last runs use them
 # Integration tests mostly wait on the cluster, so more threads than cores shortens the run.
@@ -32,6 +33,9 @@ CONTAINERD_RERUN := 1.7 2.3
 # 1.33, Talos's default, a kind and k0s option) serves no NodePort on the node's loopback, which the agent's files
 # must make up for (docs/node-pulls.md).
 PROXY_RERUN := nftables
+# What runs again on those modes: the node agent's tests, and the publisher's where a tool on the node pushes to a
+# loopback address (a nodePort there, served in iptables mode only, and a hostPort, served in every mode).
+PROXY_TESTS := $(NODE_AGENT_TESTS) tools_on_the_node_push minikubes_hostport_registry
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: image
 	@main=$$(hack/tools.sh main) || exit 1; \
@@ -53,8 +57,8 @@ test: image
 	    LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	  done; \
 	  for mode in $(PROXY_RERUN); do \
-	    echo "[test] the node agent's real-node tests with kube-proxy in $$mode mode"; \
-	    LRP_KUBE_PROXY=$$mode $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
+	    echo "[test] the node agent's and the loopback pushes' real-node tests with kube-proxy in $$mode mode"; \
+	    LRP_KUBE_PROXY=$$mode $(CARGO) test $(PROXY_TESTS) || exit 1; \
 	  done ) >target/window-node.log 2>&1 & node=$$!; \
 	status=0; \
 	for lane in kubernetes node; do \

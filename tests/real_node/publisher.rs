@@ -175,6 +175,72 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew it");
 }
 
+#[tokio::test]
+async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_and_through_a_host_port_in_every_mode() {
+    let plane = plane();
+    let (client, ns) = release_in_own_namespace("loopback", "kep-loopback", |ns| {
+        vec![
+            format!("registry.selector={ISOLATED_LABEL}={ns}"),
+            "registry.builtin=false".into(),
+            format!("registry.allowedNamespaces={{{ns}}}"),
+        ]
+    })
+    .await;
+    nodeport_registry(&client, &ns).await;
+    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
+    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
+    })
+    .await;
+    let host = document.host.clone().expect("a host");
+    let node_port = host.strip_prefix("localhost:").unwrap_or_else(|| panic!("a loopback nodePort host: {host}"));
+    let layout = own_image("loopback");
+
+    // kube-proxy serves the nodePort on the node's own address in every mode (retried until it is programmed)...
+    push(true, &layout, &format!("{}:{node_port}/kep/loopback:0", node().network().node_ip), None);
+    // ...and on its loopback in iptables mode only, which doctor run on the node says, with what to do.
+    let crane = plane.tools().join("crane");
+    let on_loopback = format!("{host}/kep/loopback:0");
+    let pushed = node().command(&crane).arg("push").arg(&layout).arg(&on_loopback).arg("--insecure").output();
+    let pushed = pushed.expect("run crane");
+    let doctor = node()
+        .command(support::binary::BINARY)
+        .args(["doctor", &format!("--kubeconfig={}", plane.kubeconfig().display())])
+        .args([format!("--configmap-namespace={ns}"), "--configmap-name=hosting".into()])
+        .output()
+        .expect("run doctor on the node");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    match node().proxy_mode() {
+        testbed::node::ProxyMode::Iptables => {
+            assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
+            assert!(report.contains(&format!("host {host}: a registry answers")), "{report}");
+            assert_eq!(doctor.status.code(), Some(ALL_WELL), "{report}");
+        }
+        testbed::node::ProxyMode::Nftables => {
+            let refused = String::from_utf8_lossy(&pushed.stderr);
+            assert!(!pushed.status.success() && refused.contains("connection refused"), "{refused}");
+            assert!(report.contains(&format!("host {host}: ")), "{report}");
+            assert!(report.contains("not in nftables mode") && report.contains("a hostPort"), "{report}");
+            assert_eq!(doctor.status.code(), Some(SOMETHING_WRONG), "{report}");
+        }
+    }
+
+    // A hostPort on the registry pod is published instead, and the CNI's portmap serves it on loopback in both
+    // modes: the whole KEP flow runs from the node.
+    let mut deployment = registry_deployment();
+    deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] = json!(LOOPBACK_HOST_PORT);
+    apply_in(&client, &ns, deployment).await;
+    let with_host_port = format!("localhost:{LOOPBACK_HOST_PORT}");
+    let document =
+        wait_published(&client, &ns, "hosting", "the hostPort", |d| d.host.as_deref() == Some(&with_host_port)).await;
+    kep_flow(&client, &ns, "loopback", &document, true).await;
+    helm_uninstall("loopback", &ns);
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// The hostPort of the loopback test's registry: no other test's pod takes it on the node.
+const LOOPBACK_HOST_PORT: i32 = 5077;
+
 /// A release named `release` in a fresh namespace (named from `prefix`) that publishes its own ConfigMap there,
 /// `hosting`, so tests run side by side with the release that publishes kube-public's; `values(ns)` adds values.
 async fn release_in_own_namespace(
