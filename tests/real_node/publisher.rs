@@ -78,24 +78,10 @@ async fn the_chart_runs_hardened_on_a_real_node() {
 #[tokio::test]
 async fn a_nodeport_registry_in_an_allowed_namespace_is_pushed_pulled_and_probed_as_published() {
     let plane = plane();
-    // Every namespace is watched; the chart's registry.allowedNamespaces is what trusts this one.
-    let (client, ns) = release_in_own_namespace("nodeport", "kep-nodeport", |ns| {
-        vec![
-            format!("registry.selector={ISOLATED_LABEL}={ns}"),
-            "registry.builtin=false".into(),
-            format!("registry.allowedNamespaces={{{ns}}}"),
-        ]
-    })
-    .await;
-    nodeport_registry(&client, &ns).await;
-
     // Published with the default node address: tools on the node push to localhost; pods get the ClusterIP,
     // which go-containerregistry dials over plain HTTP.
+    let (client, ns, document) = published_nodeport_registry("nodeport", "kep-nodeport").await;
     let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
-    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
-    })
-    .await;
     assert!(document.host.as_deref().is_some_and(|h| h.starts_with("localhost:3")), "{document:?}");
     kep_flow(&client, &ns, "nodeport", &document, true).await;
 
@@ -178,20 +164,7 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
 #[tokio::test]
 async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_and_through_a_host_port_in_every_mode() {
     let plane = plane();
-    let (client, ns) = release_in_own_namespace("loopback", "kep-loopback", |ns| {
-        vec![
-            format!("registry.selector={ISOLATED_LABEL}={ns}"),
-            "registry.builtin=false".into(),
-            format!("registry.allowedNamespaces={{{ns}}}"),
-        ]
-    })
-    .await;
-    nodeport_registry(&client, &ns).await;
-    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
-    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
-        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
-    })
-    .await;
+    let (client, ns, document) = published_nodeport_registry("loopback", "kep-loopback").await;
     let host = document.host.clone().expect("a host");
     let node_port = host.strip_prefix("localhost:").unwrap_or_else(|| panic!("a loopback nodePort host: {host}"));
     let layout = own_image("loopback");
@@ -240,6 +213,26 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
 
 /// The hostPort of the loopback test's registry: no other test's pod takes it on the node.
 const LOOPBACK_HOST_PORT: i32 = 5077;
+
+/// [`nodeport_registry`] in a fresh namespace (named from `prefix`) whose release `release` watches every namespace
+/// and trusts this one alone (the chart's registry.allowedNamespaces), once it is published.
+async fn published_nodeport_registry(release: &str, prefix: &str) -> (Client, String, LocalRegistryHostingV1) {
+    let (client, ns) = release_in_own_namespace(release, prefix, |ns| {
+        vec![
+            format!("registry.selector={ISOLATED_LABEL}={ns}"),
+            "registry.builtin=false".into(),
+            format!("registry.allowedNamespaces={{{ns}}}"),
+        ]
+    })
+    .await;
+    nodeport_registry(&client, &ns).await;
+    let cluster_host = cluster_host(&client, &ns, "registry", 5000).await;
+    let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| {
+        d.host_from_cluster_network.as_deref() == Some(cluster_host.as_str())
+    })
+    .await;
+    (client, ns, document)
+}
 
 /// A release named `release` in a fresh namespace (named from `prefix`) that publishes its own ConfigMap there,
 /// `hosting`, so tests run side by side with the release that publishes kube-public's; `values(ns)` adds values.
