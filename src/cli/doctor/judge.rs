@@ -84,8 +84,9 @@ pub fn loopback_hint(host: &str, answered: bool) -> Option<String> {
          (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip). \
          If it is the node (k3s, MicroK8s) and the port is a nodePort, kube-proxy serves it on loopback in iptables mode \
          only (not in nftables mode, never on [::1]; the node section says the mode): give the registry pod a hostPort, \
-         which the CNI's portmap serves on loopback in every mode and the controller publishes before a nodePort, or \
-         publish the InternalIP as above"
+         which the CNI's portmap serves on loopback in every mode and the controller publishes before a nodePort, \
+         publish the InternalIP as above, or, from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
+         KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses"
             .to_string()
     })
 }

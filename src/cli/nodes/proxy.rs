@@ -160,8 +160,9 @@ pub fn judge(mode: Option<&Mode>, address: &str, configured: bool) -> (String, b
         (Serves::No, false) => (
             format!(
                 "{running}, which serves no {address} on the node's loopback: its containerd cannot pull it; turn on \
-                 the node agent (nodeAgent.enabled=true), whose file maps it to the ClusterIP, or give the registry \
-                 a hostPort"
+                 the node agent (nodeAgent.enabled=true), whose file maps it to the ClusterIP, give the registry \
+                 a hostPort, or, from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
+                 KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses"
             ),
             true,
         ),

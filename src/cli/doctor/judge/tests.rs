@@ -117,6 +117,7 @@ fn a_loopback_host_that_does_not_answer_here_points_to_the_nodes_internal_ip_or_
         let hint = loopback_hint(host, false).unwrap_or_else(|| panic!("{host}: no hint"));
         assert!(hint.contains("registry.nodeAddress=internal-ip"), "{hint}");
         assert!(hint.contains("not in nftables mode") && hint.contains("give the registry pod a hostPort"), "{hint}");
+        assert!(hint.contains("KubeProxyNFTablesLocalhostNodePorts"), "{hint}");
     }
     assert_eq!(loopback_hint("localhost:30500", true), None, "it answers: nothing to fix");
     for host in ["registry.example:5000", "10.0.0.7:30500", "localhost", "localhost.example:5000"] {

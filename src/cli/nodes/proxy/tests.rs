@@ -109,6 +109,7 @@ fn a_mode_that_serves_no_loopback_node_port_fails_a_node_only_without_the_agents
         "{said}"
     );
     assert!(said.contains("cannot pull it") && said.contains("nodeAgent.enabled=true"), "{said}");
+    assert!(said.contains("KubeProxyNFTablesLocalhostNodePorts") && said.contains("--nodeport-addresses"), "{said}");
     let (said, fails) = judge(Some(&nftables), "localhost:30500", true);
     assert!(!fails && said.contains("pulled through the agent's file"), "{said}");
     let iptables = found("iptables", "x".into());
