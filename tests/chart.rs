@@ -526,13 +526,17 @@ fn the_charts_kubernetes_floor_is_the_oldest_tested_minor() {
 }
 
 /// `make test` runs the node agent's real-node tests again on the containerd window's other end, choosing them by the
-/// filters in NODE_AGENT_TESTS. A filter matches by substring, so a renamed test would silently leave that run: each
-/// filter must name at least one test of the binaries it is given.
+/// filters in NODE_AGENT_TESTS, and those with the loopback pushes' tests (PROXY_TESTS) in kube-proxy's other mode.
+/// A filter matches by substring, so a renamed test would silently leave that run: each filter must name at least
+/// one test of the binaries it is given.
 #[test]
-fn each_test_the_containerd_rerun_names_exists() {
+fn each_test_the_containerd_and_proxy_reruns_name_exists() {
     let makefile = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
     let joined = makefile.replace("\\\n", " ");
+    let proxy_tests = joined.lines().find_map(|l| l.strip_prefix("PROXY_TESTS := ")).expect("PROXY_TESTS");
+    let added = proxy_tests.strip_prefix("$(NODE_AGENT_TESTS) ").expect("PROXY_TESTS extends NODE_AGENT_TESTS");
     let line = joined.lines().find_map(|l| l.strip_prefix("NODE_AGENT_TESTS := ")).expect("NODE_AGENT_TESTS");
+    let line = format!("{line} {added}");
     let (cargo_args, test_args) = line.split_once(" -- ").expect("cargo's arguments, then the tests'");
     let binaries: Vec<&str> = cargo_args.split_whitespace().filter(|a| *a != "--test").collect();
     assert!(!binaries.is_empty() && cargo_args.matches("--test ").count() == binaries.len(), "{cargo_args}");
@@ -543,7 +547,7 @@ fn each_test_the_containerd_rerun_names_exists() {
     for filter in filters {
         assert!(
             tests.iter().any(|test| test.contains(filter)),
-            "NODE_AGENT_TESTS names {filter}, which is no test of {binaries:?}: rename the filter with the test"
+            "NODE_AGENT_TESTS or PROXY_TESTS names {filter}, which is no test of {binaries:?}: rename the filter with the test"
         );
     }
 }
