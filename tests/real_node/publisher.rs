@@ -164,16 +164,16 @@ async fn minikubes_hostport_registry_is_recognised_without_a_label_and_pushed_an
 #[tokio::test]
 async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_and_through_a_host_port_in_every_mode() {
     let plane = plane();
-    let (client, ns, document) = published_nodeport_registry("loopback", "kep-loopback").await;
+    let (client, ns, document) = published_nodeport_registry("nodepush", "kep-nodepush").await;
     let host = document.host.clone().expect("a host");
     let node_port = host.strip_prefix("localhost:").unwrap_or_else(|| panic!("a loopback nodePort host: {host}"));
-    let layout = own_image("loopback");
+    let layout = own_image("nodepush");
 
     // kube-proxy serves the nodePort on the node's own address in every mode (retried until it is programmed)...
-    push(true, &layout, &format!("{}:{node_port}/kep/loopback:0", node().network().node_ip), None);
+    push(true, &layout, &format!("{}:{node_port}/kep/nodepush:0", node().network().node_ip), None);
     // ...and on its loopback in iptables mode only, which doctor run on the node says, with what to do.
     let crane = plane.tools().join("crane");
-    let on_loopback = format!("{host}/kep/loopback:0");
+    let on_loopback = format!("{host}/kep/nodepush:0");
     let pushed = node().command(&crane).arg("push").arg(&layout).arg(&on_loopback).arg("--insecure").output();
     let pushed = pushed.expect("run crane");
     let doctor = node()
@@ -206,8 +206,8 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
     let with_host_port = format!("localhost:{LOOPBACK_HOST_PORT}");
     let document =
         wait_published(&client, &ns, "hosting", "the hostPort", |d| d.host.as_deref() == Some(&with_host_port)).await;
-    kep_flow(&client, &ns, "loopback", &document, true).await;
-    helm_uninstall("loopback", &ns);
+    kep_flow(&client, &ns, "nodepush", &document, true).await;
+    helm_uninstall("nodepush", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
