@@ -189,6 +189,23 @@ fn own_configmap_values(ns: &str) -> Vec<String> {
     vec![format!("configMap.namespace={ns}"), "configMap.name=hosting".into()]
 }
 
+/// A release named `release` in a fresh namespace (named from `prefix`) that publishes its own ConfigMap there,
+/// `hosting`, so tests run side by side with the release that publishes kube-public's; `values(ns)` adds values.
+async fn release_in_own_namespace(
+    release: &str,
+    prefix: &str,
+    values: impl FnOnce(&str) -> Vec<String>,
+) -> (Client, String) {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, prefix).await.expect("namespace");
+    let mut all = own_configmap_values(&ns);
+    all.extend(values(&ns));
+    helm_install(release, &ns, &all.iter().map(String::as_str).collect::<Vec<_>>());
+    (client, ns)
+}
+
 /// Values for a release that takes only the registries labelled for `ns`, which no other release selects.
 fn isolated_values(ns: &str) -> Vec<String> {
     vec![

@@ -362,13 +362,8 @@ fn wait_configured(ns: &str, timeout: &str) -> Output {
 
 #[tokio::test]
 async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_which_every_proxy_mode_serves() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "loopback").await.expect("namespace");
+    let (client, ns) = release_in_own_namespace("loopback", "loopback", isolated_values).await;
     nodeport_registry(&client, &ns).await;
-    let values = isolated_release_values(&ns, &[]);
-    helm_install("loopback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let document = wait_published(&client, &ns, "hosting", "the NodePort registry", |d| d.host.is_some()).await;
     let host = document.host.expect("a host");
     assert!(host.starts_with("localhost:3"), "published {host}");
@@ -418,10 +413,7 @@ async fn the_node_agent_maps_the_published_loopback_node_port_to_the_clusterip_w
 
 #[tokio::test]
 async fn the_node_agent_maps_a_published_ipv6_loopback_node_port_which_no_proxy_mode_serves() {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, "loopback6").await.expect("namespace");
+    let (client, ns) = release_in_own_namespace("loopback6", "loopback6", isolated_values).await;
     nodeport_registry(&client, &ns).await;
     let services = Api::<Service>::namespaced(client.clone(), &ns);
     let spec = services.get("registry").await.expect("the registry Service").spec;
@@ -429,8 +421,6 @@ async fn the_node_agent_maps_a_published_ipv6_loopback_node_port_which_no_proxy_
     let host = format!("[::1]:{node_port}");
     let annotation = json!({"metadata": {"annotations": {"local-registry-publisher.io/host": host}}});
     services.patch("registry", &PatchParams::default(), &Patch::Merge(&annotation)).await.expect("annotate");
-    let values = isolated_release_values(&ns, &[]);
-    helm_install("loopback6", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     wait_published(&client, &ns, "hosting", "the IPv6 loopback host", |d| d.host.as_deref() == Some(host.as_str()))
         .await;
     let ip = cluster_ip(&client, &ns, "registry").await;

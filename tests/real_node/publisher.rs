@@ -234,23 +234,6 @@ async fn published_nodeport_registry(release: &str, prefix: &str) -> (Client, St
     (client, ns, document)
 }
 
-/// A release named `release` in a fresh namespace (named from `prefix`) that publishes its own ConfigMap there,
-/// `hosting`, so tests run side by side with the release that publishes kube-public's; `values(ns)` adds values.
-async fn release_in_own_namespace(
-    release: &str,
-    prefix: &str,
-    values: impl FnOnce(&str) -> Vec<String>,
-) -> (Client, String) {
-    let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    images();
-    let ns = plane.namespace(&client, prefix).await.expect("namespace");
-    let mut all = own_configmap_values(&ns);
-    all.extend(values(&ns));
-    helm_install(release, &ns, &all.iter().map(String::as_str).collect::<Vec<_>>());
-    (client, ns)
-}
-
 /// A release named `release` in a fresh namespace of the same name, publishing an ExternalName registry there.
 async fn isolated_release(release: &str) -> (Client, String) {
     isolated_release_with(release, &[]).await
