@@ -22,16 +22,15 @@ pub fn section(
     proxies: Option<&proxy::Sources>,
 ) -> (Section, Vec<String>) {
     let mut section = Section::titled("Node pulls (containerd hosts.toml; docs/node-pulls.md)");
-    let mut not_done = Vec::new();
-    let mut configured = Vec::new();
-    let well = judge(&mut section, &mut not_done, &mut configured, published, kept, agents, decided, found);
+    let mut noted = Noted::default();
+    let well = judge(&mut section, &mut noted, published, kept, agents, decided, found);
     let address = published.and_then(proxy::loopback_pull_address);
     let served = match (address, proxies) {
-        (Some(address), Some(proxies)) => loopback(&mut section, address, proxies, &configured),
+        (Some(address), Some(proxies)) => loopback(&mut section, address, proxies, &noted.configured),
         _ => true,
     };
     section.wrong = !(well && served);
-    (section, not_done)
+    (section, noted.not_done)
 }
 
 /// Says, for each containerd node, whether kube-proxy there serves `address` (the runtime's, on the node's loopback
@@ -55,12 +54,18 @@ fn loopback(section: &mut Section, address: &str, proxies: &proxy::Sources, conf
     well
 }
 
+/// What [`judge`] notes beside the lines it says: what is not done (for the summary), and the nodes whose file is
+/// in place (for [`loopback`]).
+#[derive(Default)]
+struct Noted {
+    not_done: Vec<String>,
+    configured: Vec<String>,
+}
+
 /// Says the section into `section`; returns whether all is well.
-#[allow(clippy::too_many_arguments)]
 fn judge(
     section: &mut Section,
-    not_done: &mut Vec<String>,
-    configured: &mut Vec<String>,
+    noted: &mut Noted,
     published: Option<&Published>,
     kept: bool,
     agents: Option<&NodePlanTarget>,
@@ -108,7 +113,7 @@ fn judge(
     // Refused only matters where agents write node files at all (with them off, no address gets one).
     if agents.is_some() {
         let refused = decision.refused.iter();
-        not_done.extend(refused.map(|(address, refusal)| format!("{address} gets no node file: it {refusal}")));
+        noted.not_done.extend(refused.map(|(address, refusal)| format!("{address} gets no node file: it {refusal}")));
     }
     // A mirror the admin set that cannot be used is a fault: its upstream is pulled directly.
     let mirrors_usable = told(Reason::MirrorUnusable).next().is_none();
@@ -173,13 +178,13 @@ fn judge(
         let line = verdict::node(&found, plan);
         well &= !line.fails();
         if matches!(line, verdict::Line::Configured(_)) {
-            configured.push(name.clone());
+            noted.configured.push(name.clone());
         }
         covered += usize::from(!matches!(line, verdict::Line::NotCovered(_)));
         section.say(format!("  node {name}: {}", line.said()));
     }
     if covered == 0 {
-        not_done.push(format!(
+        noted.not_done.push(format!(
             "no node is covered by the node agent, so no node pulls {} through its files",
             plan.hosts.iter().map(|entry| entry.address.as_str()).collect::<Vec<_>>().join(", ")
         ));
