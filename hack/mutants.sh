@@ -21,7 +21,7 @@ files_of() {
   case $1 in
     core) echo "src/hosting/*.rs src/publish/*.rs src/keys.rs src/settings.rs src/watching.rs" ;;
     registry) echo "src/registry/*.rs" ;;
-    node) echo "src/node/*.rs src/node/api/*.rs" ;;
+    node) echo "src/node/*.rs src/node/api/*.rs src/kube_proxy/*.rs" ;;
     agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
     cli) echo "src/cli/doctor/judge.rs src/cli/nodes/judge.rs src/cli/nodes/verdict.rs src/cli/nodes/proxy.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;

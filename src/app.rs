@@ -103,6 +103,7 @@ pub async fn run(args: Args) -> ExitCode {
     }
     let settings = args.publish.settings();
     let node_plan = args.node_plan.target();
+    let kube_proxy = args.kube_proxy.target();
     let listener = match http::bind(args.operation.http_address).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -149,7 +150,9 @@ pub async fn run(args: Args) -> ExitCode {
             warn!(namespace = %safe(&namespace), "{}", safe(&said));
         }
     });
-    let controller = Controller::new(client, settings, Context::new(metrics, health, leading)).node_plan(node_plan);
+    let controller = Controller::new(client, settings, Context::new(metrics, health, leading))
+        .node_plan(node_plan)
+        .kube_proxy(kube_proxy);
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down");

@@ -17,19 +17,22 @@ pub enum Task {
     Publisher,
     PullSecrets,
     NodePlan,
+    /// Whether kube-proxy serves the published loopback NodePort addresses.
+    KubeProxy,
     /// The node agent's one loop (the `node-agent` command runs nothing else).
     NodeAgent,
 }
 
 impl Task {
-    const ALL: [Task; 4] = [Task::Publisher, Task::PullSecrets, Task::NodePlan, Task::NodeAgent];
+    const ALL: [Task; 5] = [Task::Publisher, Task::PullSecrets, Task::NodePlan, Task::KubeProxy, Task::NodeAgent];
 
     fn index(self) -> usize {
         match self {
             Task::Publisher => 0,
             Task::PullSecrets => 1,
             Task::NodePlan => 2,
-            Task::NodeAgent => 3,
+            Task::KubeProxy => 3,
+            Task::NodeAgent => 4,
         }
     }
 
@@ -38,6 +41,7 @@ impl Task {
             Task::Publisher => "publisher",
             Task::PullSecrets => "pull-secrets",
             Task::NodePlan => "node-plan",
+            Task::KubeProxy => "kube-proxy",
             Task::NodeAgent => "node-agent",
         }
     }

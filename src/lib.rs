@@ -38,6 +38,7 @@ pub mod health;
 pub mod hosting;
 pub mod http;
 pub mod keys;
+pub mod kube_proxy;
 pub mod leader;
 pub mod memory;
 pub mod metrics;

@@ -51,6 +51,11 @@ struct OperationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReaderLabels {
+    reader: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NameLabels {
     name: &'static str,
 }
@@ -74,6 +79,7 @@ pub struct Metrics {
     lease_capped: Counter,
     node_refused: Gauge,
     node_mirrors_unusable: Gauge,
+    loopback_unserved: Family<ReaderLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -99,6 +105,7 @@ impl Default for Metrics {
             lease_capped: Counter::default(),
             node_refused: Gauge::default(),
             node_mirrors_unusable: Gauge::default(),
+            loopback_unserved: Family::default(),
         }
     }
 }
@@ -192,6 +199,13 @@ impl Metrics {
              used: nodes pull those upstreams directly",
             self.node_mirrors_unusable.clone(),
         );
+        registry.register(
+            "local_registry_publisher_loopback_addresses_unserved",
+            "Published addresses on a node's loopback at the registry's nodePort that kube-proxy's mode does not serve \
+             there, per reader: tools on a node's machine (host), or the node's container runtime where no node agent \
+             file maps them",
+            self.loopback_unserved.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -257,6 +271,14 @@ impl Metrics {
 
     pub fn node_mirrors_unusable(&self, count: usize) {
         self.node_mirrors_unusable.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// How many published loopback addresses kube-proxy does not serve, per reader (`tools`, `runtime`).
+    pub fn loopback_unserved(&self, counts: impl IntoIterator<Item = (&'static str, usize)>) {
+        for (reader, count) in counts {
+            let value = i64::try_from(count).unwrap_or(i64::MAX);
+            self.loopback_unserved.get_or_create(&ReaderLabels { reader }).set(value);
+        }
     }
 
     pub fn conflict(&self) {

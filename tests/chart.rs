@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::binary::Controller;
 use support::*;
@@ -969,6 +969,17 @@ async fn the_chart_rbac_grants_nothing_more_and_lets_every_reader_get_the_docume
     );
     let cm_elsewhere: Api<ConfigMap> = Api::namespaced(controller.clone(), &regns);
     forbidden(cm_elsewhere.create(&PostParams::default(), &other).await, "creating a ConfigMap outside kube-public");
+    // In kube-system, kube-proxy's configuration alone, by name: the controller reads its mode there.
+    let kube_system: Api<ConfigMap> = Api::namespaced(controller.clone(), "kube-system");
+    let proxy = kube_system.get_opt("kube-proxy").await;
+    assert!(proxy.is_ok(), "kube-system/kube-proxy may be read: {proxy:?}");
+    let named = kube_system.list(&ListParams::default().fields("metadata.name=kube-proxy")).await;
+    assert!(named.is_ok(), "and watched by name: {named:?}");
+    forbidden(kube_system.list(&Default::default()).await, "listing every ConfigMap in kube-system");
+    forbidden(
+        kube_system.get("extension-apiserver-authentication").await.map(|_| ()),
+        "reading another in kube-system",
+    );
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(controller.clone(), ns);
     forbidden(leases.delete(RBAC_ACCOUNT, &DeleteParams::default()).await, "deleting its Lease");
     forbidden(

@@ -158,6 +158,41 @@ pub struct NodePlanArgs {
     pub node_mirrors: Vec<crate::node::Mirror>,
 }
 
+/// What the controller reads of kube-proxy.
+#[derive(Clone, Debug, clap::Args)]
+pub struct KubeProxyArgs {
+    /// kube-proxy's shared configuration, NAMESPACE/NAME (kubeadm and kind keep it there, key config.conf), read by
+    /// name only while a registry is published at its nodePort on a node's loopback: where its mode serves no such
+    /// address (nftables, or [::1] in any mode) a Warning Event LoopbackNodePortUnserved on the registry's Service
+    /// and the metric local_registry_publisher_loopback_addresses_unserved say who cannot use it and the fixes.
+    /// Empty: not read. Chart value registry.kubeProxyConfigMap.
+    #[arg(long, env = "LRP_KUBE_PROXY_CONFIGMAP", value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-proxy", value_parser = parse_kube_proxy_configmap)]
+    pub kube_proxy_configmap: String,
+}
+
+impl KubeProxyArgs {
+    /// Where kube-proxy's configuration is read; `None` when the flag is empty.
+    pub fn target(&self) -> Option<crate::kube_proxy::ConfigTarget> {
+        parse_config_target(&self.kube_proxy_configmap).ok().flatten()
+    }
+}
+
+fn parse_kube_proxy_configmap(value: &str) -> Result<String, String> {
+    parse_config_target(value).map(|_| value.to_string())
+}
+
+/// `NAMESPACE/NAME`, or empty for none.
+fn parse_config_target(value: &str) -> Result<Option<crate::kube_proxy::ConfigTarget>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let (namespace, name) = value.split_once('/').ok_or_else(|| format!("{value:?} is not NAMESPACE/NAME"))?;
+    Ok(Some(crate::kube_proxy::ConfigTarget {
+        namespace: parse_namespace(namespace)?,
+        name: parse_dns_subdomain(name)?,
+    }))
+}
+
 impl NodePlanArgs {
     /// Where the node plan is kept, in this process's namespace; `None` without --node-plan-configmap.
     pub fn target(&self) -> Option<crate::node::NodePlanTarget> {

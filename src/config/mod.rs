@@ -46,6 +46,9 @@ pub struct Args {
     pub node_plan: NodePlanArgs,
 
     #[command(flatten)]
+    pub kube_proxy: KubeProxyArgs,
+
+    #[command(flatten)]
     pub operation: OperationArgs,
 
     #[command(flatten)]
@@ -235,6 +238,14 @@ mod tests {
     }
 
     #[test]
+    fn kube_proxys_configmap_is_kube_system_kube_proxy_unless_set_and_empty_reads_none() {
+        let target = |args: &[&str]| parse(args).unwrap().kube_proxy.target().map(|t| t.to_string());
+        assert_eq!(target(&[]).as_deref(), Some("kube-system/kube-proxy"));
+        assert_eq!(target(&["--kube-proxy-configmap=ops/proxy"]).as_deref(), Some("ops/proxy"));
+        assert_eq!(target(&["--kube-proxy-configmap="]), None);
+    }
+
+    #[test]
     fn rejects_invalid_values_with_exit_status_2_naming_the_option() {
         for (flag, needle) in [
             ("--registry-selector=app in registry", "parentheses"),
@@ -257,6 +268,8 @@ mod tests {
             ("--http-address=8080", "http-address"),
             ("--leader-elect-lease-duration=1s", "at least 3s"),
             ("--leader-elect-resource-namespace=-x", "namespace"),
+            ("--kube-proxy-configmap=kube-proxy", "NAMESPACE/NAME"),
+            ("--kube-proxy-configmap=Kube_System/kube-proxy", "namespace"),
         ] {
             let error = parse(&[flag]).expect_err(flag);
             assert_eq!(error.exit_code(), 2, "{flag}");

@@ -1,10 +1,12 @@
 //! Everything that talks to the API server on the controller's behalf, one task per concern: the [`publisher`]
 //! keeps the ConfigMap true and hands on the registry readers see; [`pull`] distributes that registry's pull
-//! credentials; [`node`] keeps the plan that node agents write into each node's container runtime. Each task has
+//! credentials; [`node`] keeps the plan that node agents write into each node's container runtime;
+//! [`kube_proxy`] tells which published loopback nodePorts kube-proxy does not serve. Each task has
 //! its own watches ([`crate::watch`]), sync gate, retries, Events and metrics, and calls its concern's pure decision.
 //! [`withdraw`] is the uninstall hook.
 
 mod follow;
+pub mod kube_proxy;
 pub mod node;
 pub mod publisher;
 pub mod pull;
@@ -112,13 +114,15 @@ pub struct Controller {
     settings: Settings,
     /// The node concern's own settings: where it keeps the plan, and the admin's rules; `None` plans nothing.
     node_plan: Option<crate::node::NodePlanTarget>,
+    /// Where kube-proxy's configuration is read; `None` reads nothing.
+    kube_proxy: Option<crate::kube_proxy::ConfigTarget>,
     context: Context,
 }
 
 impl Controller {
     /// The publisher with `settings` (and pull credentials, when they say so).
     pub fn new(client: Client, settings: Settings, context: Context) -> Self {
-        Self { client, settings, node_plan: None, context }
+        Self { client, settings, node_plan: None, kube_proxy: None, context }
     }
 
     /// Also keeps the node plan in `target`.
@@ -126,9 +130,14 @@ impl Controller {
         Self { node_plan: target, ..self }
     }
 
+    /// Also reads kube-proxy's mode from `target`.
+    pub fn kube_proxy(self, target: Option<crate::kube_proxy::ConfigTarget>) -> Self {
+        Self { kube_proxy: target, ..self }
+    }
+
     /// Runs every task until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Self { client, settings, node_plan, context } = self;
+        let Self { client, settings, node_plan, kube_proxy, context } = self;
         let (stop, stopping) = channel::channel(false);
         let stopped = move || {
             let mut stopping = stopping.clone();
@@ -141,6 +150,12 @@ impl Controller {
         let pull = settings.pull_secrets.clone().map(|pull| {
             let distributor = pull::PullDistributor::new(&client, pull, context.clone(), published);
             tokio::spawn(distributor.run(stopped()))
+        });
+        let kube_proxy = kube_proxy.map(|target| {
+            let node_agent = node_plan.is_some();
+            let watcher =
+                kube_proxy::KubeProxyWatcher::new(&client, target, node_agent, context.clone(), hand_on.subscribe());
+            tokio::spawn(watcher.run(stopped()))
         });
         let node_plan = node_plan.map(|target| {
             let planner = node::NodePlanner::new(&client, target, context.clone(), hand_on.subscribe());
@@ -155,7 +170,7 @@ impl Controller {
         }
         let _ = stop.send(true);
         publishing.await;
-        for task in [pull, node_plan].into_iter().flatten() {
+        for task in [pull, node_plan, kube_proxy].into_iter().flatten() {
             let _ = task.await;
         }
         probe.abort();

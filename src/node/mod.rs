@@ -169,6 +169,14 @@ pub fn plan(
     (NodePlan::of(hosts), refused)
 }
 
+/// Whether the plan for `published` maps `address` to an endpoint a node reaches, so the node agent's file stands
+/// in for whatever serves it, the CA bundle aside (the node concern tells when a TLS registry's cannot be used)
+/// and the admin's allowed addresses too (a published address that is not the registry's own is told there).
+pub fn redirects(published: &Published, address: &str) -> bool {
+    let ca = published.ports.tls.then_some("");
+    plan(Some(published), ca, &[]).0.hosts.iter().any(|entry| entry.address == address)
+}
+
 /// The node concern's whole decision: the plan for `published` with the CA bundle `observed` holds and the
 /// addresses the admin allowed, and the admin's mirrors as far as their Services are usable; why the bundle it
 /// names cannot be used, which addresses get no file, and which mirrors get none. A published address that is also

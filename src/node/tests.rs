@@ -1,20 +1,10 @@
 use super::*;
 use std::sync::Arc;
 
+use super::fixtures::published;
 use crate::keys::service as annotations;
 use crate::keys::service::CA_BUNDLE;
-use crate::registry::fixtures::{ServiceBuilder, allowed_registries, service};
-use crate::registry::{Cluster, Registry};
-use crate::settings::Settings;
-
-/// What the publisher would hand on for this one registry Service.
-fn published(service: ServiceBuilder) -> Published {
-    let cluster = Cluster { labelled_services: vec![service.build()], ..Cluster::default() };
-    let registries: Vec<Registry> = allowed_registries(&cluster, &Settings::default());
-    let registry = &registries[0];
-    let document = registry.document.as_ref().expect("publishable");
-    Published::of(registry, document)
-}
+use crate::registry::fixtures::service;
 
 /// The plan with no address allowed besides the registry's own.
 fn planned(published: Option<&Published>, ca: Option<&str>) -> NodePlan {

@@ -201,7 +201,7 @@ pub fn registry(name: &str, priority: i32, ready: bool) -> Registry {
         created: None,
         ready,
         document: Ok(document),
-        ports: super::Ports { service: Some(5000), node: Some(30000 + priority), tls: false },
+        ports: super::Ports { service: Some(5000), node: Some(30000 + priority), host_port: false, tls: false },
         own_addresses: vec![format!("localhost:{}", 30000 + priority), format!("{name}.reg.svc.cluster.local:5000")],
         reference: identity.reference(),
         wiring: super::Wiring::default(),

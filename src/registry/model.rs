@@ -124,7 +124,11 @@ pub struct Problem {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ports {
     pub service: Option<i32>,
+    /// The port every node serves the registry at: a hostPort when it has one, else the Service's nodePort.
     pub node: Option<i32>,
+    /// `node` is a hostPort, which the CNI's portmap serves on a node's loopback in every kube-proxy mode; a
+    /// nodePort there is kube-proxy's to serve.
+    pub host_port: bool,
     /// The Service port says it serves TLS (see `values::serves_tls`); otherwise the registry is taken to speak
     /// plain HTTP, as local registries do.
     pub tls: bool,

@@ -241,7 +241,12 @@ fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, index: 
     let type_ = service.spec.as_ref().and_then(|s| s.type_.as_deref());
     let node_port = port.and_then(|p| p.node_port).filter(|_| matches!(type_, Some("NodePort" | "LoadBalancer")));
     let host_port = port.and_then(|p| host_port(service, p, origin, index));
-    Ports { service: port.map(|p| p.port), node: host_port.or(node_port), tls: port.is_some_and(serves_tls) }
+    Ports {
+        service: port.map(|p| p.port),
+        node: host_port.or(node_port),
+        host_port: host_port.is_some(),
+        tls: port.is_some_and(serves_tls),
+    }
 }
 
 /// Whether a Service port declares TLS: its `appProtocol` is `https`, or its name is `https` or starts with
@@ -733,6 +738,9 @@ mod tests {
                 None
             ))
         );
+        // Reached at a hostPort (portmap's, in every kube-proxy mode), not at a nodePort.
+        let ports = allowed_registries(&cluster, &Settings::default())[0].ports;
+        assert_eq!((ports.node, ports.host_port), (Some(5000), true));
     }
 
     #[test]

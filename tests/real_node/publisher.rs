@@ -197,6 +197,26 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
             assert_eq!(doctor.status.code(), Some(SOMETHING_WRONG), "{report}");
         }
     }
+    // The controller tells it as well, from kube-proxy's configuration (the testbed keeps its node's where kubeadm
+    // does), with a Warning on the registry's Service and a gauge per reader (no node agent here: the runtime too).
+    let (tools, runtime) = match node().proxy_mode() {
+        testbed::node::ProxyMode::Iptables => (0, 0),
+        testbed::node::ProxyMode::Nftables => (1, 1),
+    };
+    loopback_metrics(&client, &ns, 1, tools, runtime).await;
+    if node().proxy_mode() == testbed::node::ProxyMode::Nftables {
+        let note = wait_event_note(&client, &ns, "registry", "LoopbackNodePortUnserved").await;
+        for part in [
+            "kube-proxy runs in nftables mode (ConfigMap kube-system/kube-proxy (config.conf))",
+            &format!("reach host {host} only where"),
+            &format!("no node's containerd can pull host {host}"),
+            "nodeAgent.enabled=true",
+            "A hostPort",
+        ] {
+            assert!(note.contains(part), "{part:?} in {note}");
+        }
+        println!("kube-proxy nftables, LoopbackNodePortUnserved: {note}");
+    }
 
     // A hostPort on the registry pod is published instead, and the CNI's portmap serves it on loopback in both
     // modes: the whole KEP flow runs from the node.
@@ -207,8 +227,21 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
     let document =
         wait_published(&client, &ns, "hosting", "the hostPort", |d| d.host.as_deref() == Some(&with_host_port)).await;
     kep_flow(&client, &ns, "nodepush", &document, true).await;
+    // Nothing is published at the nodePort on loopback now: kube-proxy's configuration is no longer watched.
+    loopback_metrics(&client, &ns, 0, 0, 0).await;
     helm_uninstall("nodepush", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// Waits until the controller in `ns` watches kube-proxy's configuration `watches` times and counts `tools` and
+/// `runtime` published loopback addresses kube-proxy does not serve.
+async fn loopback_metrics(client: &Client, ns: &str, watches: u32, tools: u32, runtime: u32) {
+    let wanted = [
+        format!("local_registry_publisher_watches{{controller=\"kube-proxy\"}} {watches}"),
+        format!("local_registry_publisher_loopback_addresses_unserved{{reader=\"tools\"}} {tools}"),
+        format!("local_registry_publisher_loopback_addresses_unserved{{reader=\"runtime\"}} {runtime}"),
+    ];
+    wait_pod_metrics(client, ns, "controller", |text| wanted.iter().all(|w| text.lines().any(|l| l == w))).await;
 }
 
 /// The hostPort of the loopback test's registry: no other test's pod takes it on the node.

@@ -23,6 +23,10 @@ fn sources(pods: Vec<Pod>, config: Option<&str>) -> Sources {
     Sources { nodes: Ok(Vec::new()), pods, config: config.map(Into::into) }
 }
 
+fn found(name: &str, source: String) -> Mode {
+    Mode::new(name, source).expect("a mode word")
+}
+
 fn mode_name(mode: Option<Mode>) -> Option<String> {
     mode.map(|m| m.name)
 }
@@ -86,17 +90,6 @@ fn what_is_not_a_mode_word_or_not_yaml_is_not_taken_as_a_mode() {
     // A flag with no value after it names nothing.
     let bare = pod("kube-proxy-a", "a", &[], &["--proxy-mode"]);
     assert_eq!(on(&node("a", &[]), &sources(vec![bare], None)), None);
-}
-
-#[test]
-fn only_iptables_serves_ipv4_loopback_node_ports_and_no_mode_serves_ipv6_loopback() {
-    let mode = |name: &str| found(name, "test".into());
-    assert_eq!(mode("iptables").serves("localhost:30500"), Serves::Yes);
-    assert_eq!(mode("iptables").serves("127.0.0.1:30500"), Serves::Yes);
-    assert_eq!(mode("iptables").serves("[::1]:30500"), Serves::No);
-    assert_eq!(mode("nftables").serves("localhost:30500"), Serves::No);
-    assert_eq!(mode("nftables").serves("[::1]:30500"), Serves::No);
-    assert_eq!(mode("ipvs").serves("localhost:30500"), Serves::NotMeasured);
 }
 
 #[test]

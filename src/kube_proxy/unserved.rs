@@ -1,0 +1,177 @@
+//! The kube-proxy concern's decision: which published addresses on a node's loopback at the registry's nodePort
+//! kube-proxy's mode does not serve, for whom, and what to tell on the registry's Service.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::{CONFIG_KEY, Mode, Serves};
+use crate::hosting::Field;
+use crate::node::{self, served_on_node_loopback};
+use crate::publish::Published;
+use crate::watching::WatchKey;
+
+/// Where kube-proxy's shared configuration is read (`--kube-proxy-configmap`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigTarget {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ConfigTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl ConfigTarget {
+    pub fn key(&self) -> WatchKey {
+        WatchKey::in_namespace(&self.namespace).named(&self.name)
+    }
+
+    /// How a mode read from it is said.
+    pub fn source(&self) -> String {
+        format!("ConfigMap {self} ({CONFIG_KEY})")
+    }
+}
+
+/// Who uses a published loopback address from a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reader {
+    /// Tools on a node's machine (`host`): push and pull.
+    Tools,
+    /// The node's container runtime (`hostFromContainerRuntime`, else `host`): pulls.
+    Runtime,
+}
+
+impl Reader {
+    pub const ALL: [Reader; 2] = [Reader::Tools, Reader::Runtime];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reader::Tools => "tools",
+            Reader::Runtime => "runtime",
+        }
+    }
+}
+
+/// A published address a reader cannot use where kube-proxy runs as it does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unserved {
+    pub reader: Reader,
+    pub field: Field,
+    pub address: String,
+}
+
+/// The published addresses on a node's loopback at the registry's nodePort, with who uses each from there; none
+/// when the registry is reached at a hostPort instead, which every kube-proxy mode leaves to the CNI.
+pub fn loopback_addresses(published: &Published) -> Vec<(Reader, Field, &str)> {
+    if published.ports.host_port {
+        return Vec::new();
+    }
+    let document = &published.document;
+    let runtime_field =
+        if document.host_from_container_runtime.is_some() { Field::HostFromContainerRuntime } else { Field::Host };
+    [(Reader::Tools, Field::Host), (Reader::Runtime, runtime_field)]
+        .into_iter()
+        .filter_map(|(reader, field)| Some((reader, field, document.get(field)?)))
+        .filter(|(_, _, address)| served_on_node_loopback(address, published.ports.node))
+        .collect()
+}
+
+/// The concern's watches: kube-proxy's configuration, only while a loopback NodePort address is published.
+pub fn interest(published: Option<&Published>, target: &ConfigTarget) -> super::Interest {
+    let mut interest = super::Interest::default();
+    if published.is_some_and(|p| !loopback_addresses(p).is_empty()) {
+        interest.configs.insert(target.key());
+    }
+    interest
+}
+
+/// kube-proxy's mode as `observed` holds its configuration: `Err` with the API server's refusal, `Ok(None)` where
+/// there is none (a distribution that keeps it elsewhere) or it sets no mode word.
+pub fn mode(observed: &super::Observed, target: &ConfigTarget) -> Result<Option<Mode>, String> {
+    match observed.configs.get(&target.key()) {
+        Some(Err(refusal)) => Err(refusal.clone()),
+        Some(Ok(found)) => {
+            Ok(found.iter().find_map(|config| Mode::from_configuration(config.0.as_deref()?, target.source())))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The published loopback addresses `mode` does not serve, per reader: tools' always (nothing on the node can stand
+/// in for kube-proxy there), the runtime's only where the node agent (`node_agent`) maps no file for it.
+pub fn unserved(published: Option<&Published>, mode: Option<&Mode>, node_agent: bool) -> Vec<Unserved> {
+    let (Some(published), Some(mode)) = (published, mode) else {
+        return Vec::new();
+    };
+    loopback_addresses(published)
+        .into_iter()
+        .filter(|(_, _, address)| mode.serves(address) == Serves::No)
+        .filter(|(reader, _, address)| *reader == Reader::Tools || !(node_agent && node::redirects(published, address)))
+        .map(|(reader, field, address)| Unserved { reader, field, address: address.to_string() })
+        .collect()
+}
+
+/// Why the kube-proxy concern tells something, as the Event's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    LoopbackNodePortUnserved,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::LoopbackNodePortUnserved => "LoopbackNodePortUnserved",
+        }
+    }
+}
+
+/// A Warning Event on the published registry's Service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub regarding: ObjectReference,
+    pub reason: Reason,
+    pub message: String,
+}
+
+crate::events::impl_tell!(Notice, |_: &Notice| true);
+
+/// What to tell of `unserved` on the registry's Service: one notice, each address with what fails and the fixes.
+pub fn notices(published: Option<&Published>, mode: Option<&Mode>, unserved: &[Unserved]) -> Vec<Notice> {
+    let (Some(published), Some(mode), false) = (published, mode, unserved.is_empty()) else {
+        return Vec::new();
+    };
+    let said: Vec<String> = unserved
+        .iter()
+        .map(|u| {
+            let (field, address, words) = (u.field.key(), &u.address, mode.unserved_words(&u.address));
+            match u.reader {
+                Reader::Tools => format!(
+                    "tools on a node's machine reach {field} {address} only where that machine forwards its port to \
+                     a node's own address (kind's extraPortMappings do): kube-proxy serves {words}"
+                ),
+                Reader::Runtime => format!(
+                    "no node's containerd can pull {field} {address}: kube-proxy serves {words}; turn on the node \
+                     agent (nodeAgent.enabled=true), whose file maps it to the ClusterIP"
+                ),
+            }
+        })
+        .collect();
+    let gate = if mode.name == "nftables" {
+        ", or, from Kubernetes 1.37, kube-proxy's alpha feature gate KubeProxyNFTablesLocalhostNodePorts with \
+         localhost in its --nodeport-addresses"
+    } else {
+        ""
+    };
+    let message = format!(
+        "kube-proxy runs in {} mode ({}): {}. A hostPort on the registry's pod is served on the loopback in every \
+         mode and is published before its nodePort{gate}",
+        mode.name,
+        mode.source,
+        said.join("; ")
+    );
+    vec![Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortUnserved, message }]
+}
