@@ -33,9 +33,12 @@ CONTAINERD_RERUN := 1.7 2.3
 # 1.33, Talos's default, a kind and k0s option) serves no NodePort on the node's loopback, which the agent's files
 # must make up for (docs/node-pulls.md).
 PROXY_RERUN := nftables
-# What runs again on those modes: the node agent's tests, and the publisher's where a tool on the node pushes to a
-# loopback address (a nodePort there, served in iptables mode only, and a hostPort, served in every mode).
-PROXY_TESTS := $(NODE_AGENT_TESTS) tools_on_the_node_push minikubes_hostport_registry
+# What runs again on those modes: the node agent's tests, and the publisher's: where a tool on the node pushes to a
+# loopback address (a nodePort there, served in iptables mode only, and a hostPort, served in every mode), the
+# hardened pod, upgrade and uninstall. Not the NodePort KEP flow (a_nodeport_registry_...): it pushes from the node to
+# localhost:<nodePort>, which nftables mode refuses, as tools_on_the_node_push proves in both modes.
+PROXY_TESTS := $(NODE_AGENT_TESTS) tools_on_the_node_push minikubes_hostport_registry the_chart_runs_hardened \
+	helm_upgrade_of_a_single_replica helm_uninstall_stops with_withdraw_on_uninstall_off
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: image
 	@main=$$(hack/tools.sh main) || exit 1; \
