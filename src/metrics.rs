@@ -60,6 +60,18 @@ struct NameLabels {
     name: &'static str,
 }
 
+/// What a task counts in families of its own besides every task's, to start at 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskWrites {
+    None,
+    /// ConfigMap writes by operation.
+    ConfigMap,
+    /// Pull Secret writes and refusals by operation.
+    PullSecrets,
+    /// Unserved loopback addresses by reader.
+    LoopbackReaders,
+}
+
 /// Every metric the controller exports; cheap to clone (shared handles).
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -220,6 +232,44 @@ impl Metrics {
     }
 
     /// A pass of `controller` ended, well or not.
+    /// A task started: its bounded series at 0 from the start (its passes by result, its errors by `reasons`, its
+    /// pass time and watches, and `writes`, the operations it counts in its own families), so a scrape, `rate()`
+    /// and an alert see each before it first moves.
+    pub fn task_started(&self, controller: &'static str, reasons: &[&'static str], writes: TaskWrites) {
+        for result in ["success", "error"] {
+            self.reconciles.get_or_create(&ResultLabels { controller, result }).inc_by(0);
+        }
+        for &reason in reasons {
+            self.errors.get_or_create(&ErrorLabels { controller, reason }).inc_by(0);
+        }
+        let _ = self.reconcile_time.get_or_create(&ControllerLabels { controller });
+        let _ = self.watches.get_or_create(&ControllerLabels { controller });
+        match writes {
+            TaskWrites::None => {}
+            TaskWrites::ConfigMap => {
+                for operation in ["apply", "delete"] {
+                    self.writes.get_or_create(&OperationLabels { operation }).inc_by(0);
+                }
+            }
+            TaskWrites::PullSecrets => {
+                for operation in ["apply", "delete", "patch-serviceaccount"] {
+                    self.pull_writes.get_or_create(&OperationLabels { operation }).inc_by(0);
+                    self.pull_refusals.get_or_create(&OperationLabels { operation }).inc_by(0);
+                }
+            }
+            TaskWrites::LoopbackReaders => {
+                for reader in crate::kube_proxy::Reader::ALL {
+                    let _ = self.loopback_unserved.get_or_create(&ReaderLabels { reader: reader.as_str() });
+                }
+            }
+        }
+    }
+
+    /// A watch of `resource` exists: its restarts count from 0.
+    pub fn watch_started(&self, resource: &str) {
+        self.watch_restarts.get_or_create(&ResourceLabels { resource: resource.to_string() }).inc_by(0);
+    }
+
     pub fn reconciled(&self, controller: &'static str, success: bool, took: Duration) {
         let result = if success { "success" } else { "error" };
         self.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
@@ -360,5 +410,41 @@ impl Collector for ProcessCollector {
             Some(&Unit::Seconds),
             cpu.metric_type(),
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_task_exports_each_bounded_series_at_zero_before_it_first_moves() {
+        let metrics = Metrics::default();
+        metrics.task_started("publisher", &["read", "apply"], TaskWrites::ConfigMap);
+        metrics.task_started("pull-secrets", &["apply"], TaskWrites::PullSecrets);
+        metrics.task_started("kube-proxy", &[], TaskWrites::LoopbackReaders);
+        metrics.task_started("node-plan", &[], TaskWrites::None);
+        metrics.watch_started("Service");
+        let text = Metrics::encode(&metrics.registry());
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"publisher\",result=\"error\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"publisher\",reason=\"apply\"} 0",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"node-plan\"} 0",
+            "local_registry_publisher_watches{controller=\"kube-proxy\"} 0",
+            "local_registry_publisher_configmap_writes_total{operation=\"delete\"} 0",
+            "local_registry_publisher_pull_secret_writes_total{operation=\"patch-serviceaccount\"} 0",
+            "local_registry_publisher_pull_secret_refusals_total{operation=\"apply\"} 0",
+            "local_registry_publisher_loopback_addresses_unserved{reader=\"runtime\"} 0",
+            "local_registry_publisher_watch_restarts_total{resource=\"Service\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        // A task counts only its own families' operations.
+        assert!(!text.contains("reason=\"delete\""), "{text}");
+        // Starting again keeps what was counted.
+        metrics.reconciled("publisher", true, Duration::from_millis(1));
+        metrics.task_started("publisher", &["read"], TaskWrites::ConfigMap);
+        let text = Metrics::encode(&metrics.registry());
+        assert!(text.contains("controller_runtime_reconcile_total{controller=\"publisher\",result=\"success\"} 1"));
     }
 }

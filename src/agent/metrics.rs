@@ -13,7 +13,7 @@ use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
 use super::runtime::Report;
 use super::state::{Derived, counts};
 use crate::metrics::ProcessCollector;
-use crate::node::api::state::ConfigPathCheck;
+use crate::node::api::state::{ConfigPathCheck, Verdict};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -71,7 +71,22 @@ impl AgentMetrics {
             self.runtime.clone(),
         );
         registry.register_collector(Box::new(ProcessCollector::start()));
+        self.start_at_zero();
         registry
+    }
+
+    /// Every bounded series from the start (at 0 unless a pass set it), so a scrape, `rate()` and an alert see each
+    /// before it first moves.
+    fn start_at_zero(&self) {
+        for operation in ["write", "remove"] {
+            self.files.get_or_create(&OperationLabels { operation }).inc_by(0);
+        }
+        for verdict in Verdict::ALL {
+            let _ = self.addresses.get_or_create(&StateLabels { state: verdict.as_str() });
+        }
+        for state in ConfigPathCheck::ALL {
+            let _ = self.runtime.get_or_create(&StateLabels { state: state.as_str() });
+        }
     }
 
     /// What a pass wrote and removed.
@@ -141,5 +156,18 @@ mod tests {
         assert!(text.contains("local_registry_publisher_node_addresses{state=\"unread\"} 3"), "{text}");
         assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"), "{text}");
         assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"reads\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn every_bounded_series_is_exported_at_zero_before_the_first_pass() {
+        let text = crate::metrics::Metrics::encode(&AgentMetrics::default().registry());
+        for line in [
+            "local_registry_publisher_node_addresses{state=\"failed\"} 0",
+            "local_registry_publisher_node_hosts_files_total{operation=\"remove\"} 0",
+            "local_registry_publisher_node_containerd_config{state=\"unchecked\"} 0",
+            "local_registry_publisher_node_plan_watch_restarts_total 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 }

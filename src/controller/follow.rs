@@ -13,6 +13,7 @@ use tracing::{Instrument, debug, error, info_span};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
+use crate::metrics::TaskWrites;
 use crate::publish::Published;
 use crate::watch::{Signals, WatchSets, settle};
 
@@ -28,6 +29,8 @@ pub(super) trait Concern: Send {
     const CONTROLLER: &'static str;
     /// What the log says when a pass fails.
     const FAILED: &'static str;
+    /// What it counts in families of its own, started at 0.
+    const WRITES: TaskWrites;
 
     /// The watches it needs for `published`, given what they hold now.
     fn interest(&self, published: Option<&Published>, snapshot: &Snapshot<Self>) -> Interest<Self>;
@@ -63,6 +66,7 @@ pub(super) async fn run<C: Concern>(mut concern: C, follow: Follow<C::Watches>, 
     futures::pin_mut!(shutdown);
     let health = context.health.clone();
     health.start(C::TASK);
+    context.metrics.task_started(C::CONTROLLER, &Error::LABELS, C::WRITES);
     let mut retry = RetryClock::for_writes();
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {

@@ -66,6 +66,7 @@ impl Concern for Watching {
     type Watches = Watches;
     const TASK: Task = Task::KubeProxy;
     const CONTROLLER: &'static str = CONTROLLER;
+    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::LoopbackReaders;
     const FAILED: &'static str = "kube-proxy's mode was not checked";
 
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {

@@ -51,6 +51,9 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::metric_label`].
+    pub const LABELS: [&'static str; 3] = ["read", "apply", "delete"];
+
     /// A bounded label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {

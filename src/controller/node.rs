@@ -72,6 +72,7 @@ impl Concern for Planning {
     type Watches = Watches;
     const TASK: Task = Task::NodePlan;
     const CONTROLLER: &'static str = CONTROLLER;
+    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::None;
     const FAILED: &'static str = "the node plan was not written";
 
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {

@@ -189,6 +189,7 @@ where
     }
 
     fn start(&self, key: &WatchKey) -> Running<T> {
+        self.signals.metrics.watch_started(F::kind(&()).as_ref());
         let api = F::api(self.client.clone(), key.namespace.as_deref());
         let config = watcher::Config {
             label_selector: key.label_selector(),

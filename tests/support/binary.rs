@@ -22,10 +22,23 @@ impl Controller {
 
     /// The same with another build of the binary (the benchmarks run the shipped release build).
     pub fn start_binary(binary: &str, args: &[String]) -> Self {
+        Self::spawn(binary, args, None)
+    }
+
+    /// The same as a pod of namespace `ns` (POD_NAMESPACE), where the node plan is kept and read.
+    pub fn start_in_namespace(ns: &str, args: &[String]) -> Self {
+        Self::spawn(BINARY, args, Some(ns))
+    }
+
+    fn spawn(binary: &str, args: &[String], namespace: Option<&str>) -> Self {
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let log = std::env::temp_dir().join(format!("lrp-{port}-{}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(namespace) = namespace {
+            command.env("POD_NAMESPACE", namespace);
+        }
+        let child = command
             .args(args)
             .arg(format!("--http-address=127.0.0.1:{port}"))
             .env_remove("RUST_LOG")

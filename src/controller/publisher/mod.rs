@@ -120,6 +120,7 @@ impl Publisher {
         futures::pin_mut!(shutdown);
         let health = self.context.health.clone();
         health.start(Task::Publisher);
+        self.context.metrics.task_started(CONTROLLER, &Error::LABELS, crate::metrics::TaskWrites::ConfigMap);
         // When to look again though nothing changed (a grace period, a conflict hold), and when a failed pass runs
         // again: the same retry clock as the other tasks'.
         let mut recheck_at: Option<Instant> = None;

@@ -62,6 +62,7 @@ impl Concern for Distribution {
     type Watches = Watches;
     const TASK: Task = Task::PullSecrets;
     const CONTROLLER: &'static str = CONTROLLER;
+    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::PullSecrets;
     const FAILED: &'static str = "pull Secret distribution failed";
 
     fn interest(&self, published: Option<&Published>, observed: &Observed) -> Interest {
