@@ -11,7 +11,8 @@ use super::{Context, Error, Handoff};
 use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::Task;
-use crate::kube_proxy::{self, ConfigTarget, Interest, Mode, Notice, Observed, Reader};
+use crate::kube_proxy::{self, ConfigTarget, Interest, Mode, Observed, Reader};
+use crate::node::Notice;
 use crate::publish::Published;
 use crate::watch::sets::ProxyWatches as Watches;
 

@@ -10,9 +10,7 @@ mod watched;
 
 use serde::Deserialize;
 
-pub use unserved::{
-    ConfigTarget, Notice, Reader, Reason, Unserved, interest, loopback_addresses, mode, notices, unserved,
-};
+pub use unserved::{ConfigTarget, Reader, Unserved, interest, loopback_addresses, mode, notices, unserved};
 pub(crate) use watched::proxy_watch_sets;
 pub use watched::{Interest, Observed, ProxyConfig};
 

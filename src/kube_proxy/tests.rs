@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::keys::service as annotations;
+use crate::node::Notice;
 use crate::node::fixtures::published;
 use crate::registry::fixtures::{ServiceBuilder, service};
 use crate::watching::WatchKey;

@@ -3,11 +3,9 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-
 use super::{CONFIG_KEY, Mode, Serves};
 use crate::hosting::Field;
-use crate::node::{self, served_on_node_loopback};
+use crate::node::{self, Notice, Reason, served_on_node_loopback};
 use crate::publish::Published;
 use crate::watching::WatchKey;
 
@@ -114,30 +112,6 @@ pub fn unserved(published: Option<&Published>, mode: Option<&Mode>, node_agent: 
         .map(|(reader, field, address)| Unserved { reader, field, address: address.to_string() })
         .collect()
 }
-
-/// Why the kube-proxy concern tells something, as the Event's reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    LoopbackNodePortUnserved,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::LoopbackNodePortUnserved => "LoopbackNodePortUnserved",
-        }
-    }
-}
-
-/// A Warning Event on the published registry's Service.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Notice {
-    pub regarding: ObjectReference,
-    pub reason: Reason,
-    pub message: String,
-}
-
-crate::events::impl_tell!(Notice, |_: &Notice| true);
 
 /// What to tell of `unserved` on the registry's Service: one notice, each address with what fails and the fixes.
 pub fn notices(published: Option<&Published>, mode: Option<&Mode>, unserved: &[Unserved]) -> Vec<Notice> {

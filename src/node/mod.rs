@@ -360,8 +360,9 @@ fn split_port(address: &str) -> Result<(&str, Option<i32>), std::num::ParseIntEr
     }
 }
 
-/// Why the controller's node concern tells something about a registry, as the Event's reason (what an agent tells
-/// of its node is its `Configured` condition: [`api::state::ConfiguredReason`]).
+/// Why the controller's node concerns (the node plan, kube-proxy's: `crate::kube_proxy`) tell something about a
+/// registry, as the Event's reason (what an agent tells of its node is its `Configured` condition:
+/// [`api::state::ConfiguredReason`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
     /// A registry that serves TLS names a CA bundle the controller cannot use: no node is configured for it.
@@ -370,6 +371,8 @@ pub enum Reason {
     AddressNotAllowed,
     /// A mirror the cluster admin set whose Service cannot be used: no node file for its upstream.
     MirrorUnusable,
+    /// A published address on a node's loopback at the registry's nodePort that kube-proxy's mode does not serve.
+    LoopbackNodePortUnserved,
 }
 
 impl Reason {
@@ -378,11 +381,12 @@ impl Reason {
             Reason::CaBundleUnusable => "CaBundleUnusable",
             Reason::AddressNotAllowed => "AddressNotAllowed",
             Reason::MirrorUnusable => "MirrorUnusable",
+            Reason::LoopbackNodePortUnserved => "LoopbackNodePortUnserved",
         }
     }
 }
 
-/// What the controller's node concern tells about a registry or the plan.
+/// What the controller's node concerns tell about a registry or the plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
     pub regarding: ObjectReference,
@@ -390,7 +394,7 @@ pub struct Notice {
     pub message: String,
 }
 
-// Each is a registry or mirror no node is configured for.
+// Each is a registry, mirror or address some node cannot pull.
 crate::events::impl_tell!(Notice, |_: &Notice| true);
 
 #[cfg(test)]

@@ -396,7 +396,8 @@ fn a_node_plan_error_names_the_configmap_it_was_about() {
 
 #[test]
 fn the_controllers_node_reasons_are_the_words_its_events_carry() {
-    let words: Vec<&str> =
-        [Reason::CaBundleUnusable, Reason::AddressNotAllowed, Reason::MirrorUnusable].map(Reason::as_str).to_vec();
-    assert_eq!(words, ["CaBundleUnusable", "AddressNotAllowed", "MirrorUnusable"]);
+    let reasons =
+        [Reason::CaBundleUnusable, Reason::AddressNotAllowed, Reason::MirrorUnusable, Reason::LoopbackNodePortUnserved];
+    let words: Vec<&str> = reasons.map(Reason::as_str).to_vec();
+    assert_eq!(words, ["CaBundleUnusable", "AddressNotAllowed", "MirrorUnusable", "LoopbackNodePortUnserved"]);
 }
