@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft) into a cache outside the work tree, after
-# installing the Debian packages they need.
+# crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft, promtool) into a cache outside the
+# work tree, after installing the Debian packages they need.
 #
 #   hack/tools.sh [SET|TOOL...]        build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir [SET|TOOL...]  print that directory only (exit 1 when something is not built yet)
@@ -67,6 +67,7 @@ tools() {
   echo "actionlint|$(module_version actionlint github.com/rhysd/actionlint)|actionlint=github.com/rhysd/actionlint/cmd/actionlint"
   echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
   echo "syft|$(module_version syft github.com/anchore/syft)|syft=github.com/anchore/syft/cmd/syft"
+  echo "promtool|$(module_version promtool github.com/prometheus/prometheus)|promtool=github.com/prometheus/prometheus/cmd/promtool"
 }
 
 # The tested windows' other ends: the tools only LRP_KUBE_VERSION and LRP_CONTAINERD runs use.

@@ -316,6 +316,10 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("nodeAgent.maxUnavailable=150%", "/nodeAgent/maxUnavailable"),
         ("serviceMonitor.scrapeTimeout=soon", "/serviceMonitor/scrapeTimeout"),
         ("revisionHistoryLimit=-1", "/revisionHistoryLimit"),
+        ("prometheusRule.alerts.Typo.enabled=true", "Typo"),
+        ("prometheusRule.alerts.NoLeader.for=soon", "/prometheusRule/alerts/NoLeader/for"),
+        ("registry.kubeProxyConfigMap=kube-proxy", "/registry/kubeProxyConfigMap"),
+        ("grafanaDashboard.namespace=Monitoring", "/grafanaDashboard/namespace"),
         // The chart's own labels, which selectors depend on, are refused by name.
         ("commonLabels.app\\.kubernetes\\.io/name=x", "commonLabels.app.kubernetes.io/name: the chart sets"),
     ] {
@@ -1386,4 +1390,65 @@ async fn every_dashboard_query_names_a_metric_the_controller_or_the_node_agent_e
         .collect();
     assert!(unshown.is_empty(), "metrics no panel shows: {unshown:?}");
     println!("the dashboard's {} metrics are among the {} the binaries export", queried.len(), exported.len());
+}
+
+/// The alerting rules the chart renders with `values` (prometheusRule.enabled added), as a rule file's groups.
+fn rendered_rules(values: &str) -> serde_json::Value {
+    let values = format!("prometheusRule.enabled=true{}{values}", if values.is_empty() { "" } else { "," });
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "--set", &values]));
+    let rules = rendered_objects(&rendered, "PrometheusRule");
+    let [rule] = rules.as_slice() else { panic!("one PrometheusRule: {rules:?}") };
+    json!({"groups": rule["spec"]["groups"]})
+}
+
+fn alert_names(groups: &serde_json::Value) -> Vec<String> {
+    let rules = groups["groups"][0]["rules"].as_array().expect("rules");
+    rules.iter().map(|r| r["alert"].as_str().expect("an alert").to_string()).collect()
+}
+
+#[test]
+fn every_alert_passes_promtools_rule_tests_firing_after_its_for_and_not_on_a_blip() {
+    let dir = std::env::temp_dir().join(format!("lrp-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let groups = rendered_rules("");
+    // JSON is YAML: the rule file is the rendered groups as they are.
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, groups.to_string()).expect("rules.yaml");
+    let tests = dir.join("alerts.test.yaml");
+    std::fs::copy(root().join("tests/alerts/alerts.test.yaml"), &tests).expect("the rule tests");
+    ok(tool("promtool", &["check", "rules", &rules.display().to_string()]));
+    let tested = ok(tool("promtool", &["test", "rules", &tests.display().to_string()]));
+    println!("{tested}");
+    // Every alert the chart ships is tested there.
+    let text = std::fs::read_to_string(&tests).expect("the rule tests");
+    let names = alert_names(&groups);
+    assert_eq!(names.len(), 10, "{names:?}");
+    for name in &names {
+        assert!(text.contains(&format!("alertname: {name}")), "{name} has no promtool test");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn each_alert_can_be_switched_off_relabelled_and_extra_alerts_join_the_group() {
+    let all = alert_names(&rendered_rules(""));
+    let groups = rendered_rules(
+        "prometheusRule.alerts.NoLeader.enabled=false,prometheusRule.alerts.NotPublishing.labels.team=platform,\
+         prometheusRule.alerts.NotPublishing.for=1h,prometheusRule.runbookUrl=https://example.test/alerts.md,\
+         prometheusRule.extraAlerts[0].alert=Mine,prometheusRule.extraAlerts[0].expr=vector(1)",
+    );
+    let names = alert_names(&groups);
+    assert!(!names.contains(&"LocalRegistryPublisherNoLeader".to_string()), "{names:?}");
+    assert_eq!(names.len(), all.len(), "one off, one extra: {names:?}");
+    assert_eq!(names.last().map(String::as_str), Some("Mine"));
+    let rules = groups["groups"][0]["rules"].as_array().expect("rules");
+    let not_publishing = rules.iter().find(|r| r["alert"] == "LocalRegistryPublisherNotPublishing").expect("kept");
+    assert_eq!(not_publishing["labels"], json!({"severity": "warning", "team": "platform"}));
+    assert_eq!(not_publishing["for"], "1h");
+    assert_eq!(
+        not_publishing["annotations"]["runbook_url"],
+        "https://example.test/alerts.md#localregistrypublishernotpublishing"
+    );
+    let defaults = ok(tool("helm", &["template", "lrp", &chart()]));
+    assert!(!defaults.contains("PrometheusRule"), "opt-in");
 }
