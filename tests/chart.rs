@@ -1452,3 +1452,160 @@ fn each_alert_can_be_switched_off_relabelled_and_extra_alerts_join_the_group() {
     let defaults = ok(tool("helm", &["template", "lrp", &chart()]));
     assert!(!defaults.contains("PrometheusRule"), "opt-in");
 }
+
+/// A promtool rule test over what the controller and a node agent exported at one moment: every sample held for
+/// half an hour (as Prometheus would have scraped it, with the namespace and pod labels its operator adds; a Unix
+/// timestamp keeps its age at the evaluation time), and each rule's expression evaluated at the end: present when
+/// `firing` names the alert, empty otherwise.
+fn scraped_rule_test(scrapes: &[(&str, &str)], groups: &serde_json::Value, firing: &[&str]) -> String {
+    const HELD_MINUTES: u64 = 30;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock").as_secs_f64();
+    let mut series = Vec::new();
+    for (pod, text) in scrapes {
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let Some((metric, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(mut value) = value.parse::<f64>() else { continue };
+            if !value.is_finite() {
+                continue;
+            }
+            if metric.contains("_timestamp_seconds") {
+                value = value - now + (HELD_MINUTES * 60) as f64;
+            }
+            let (name, labels) = metric.split_once('{').map_or((metric, ""), |(n, l)| (n, l.trim_end_matches('}')));
+            let labels = [format!("namespace=\"lrp\",pod=\"{pod}\""), labels.to_string()]
+                .into_iter()
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(",");
+            series.push(json!({"series": format!("{name}{{{labels}}}"), "values": format!("{value}x{HELD_MINUTES}")}));
+        }
+    }
+    let rules = groups["groups"][0]["rules"].as_array().expect("rules");
+    let checks: Vec<serde_json::Value> = rules
+        .iter()
+        .map(|rule| {
+            let name = rule["alert"].as_str().expect("an alert");
+            let expected = if firing.contains(&name) { json!([{"labels": "{}", "value": 1}]) } else { json!([]) };
+            json!({
+                "expr": format!("clamp_max(count({}), 1)", rule["expr"].as_str().expect("an expr")),
+                "eval_time": format!("{HELD_MINUTES}m"),
+                "exp_samples": expected,
+            })
+        })
+        .collect();
+    let test = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
+    });
+    test.to_string()
+}
+
+#[tokio::test]
+async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_export_in_each_state() {
+    let plane = ControlPlane::shared();
+    let admin = plane.client().await.unwrap();
+    let ns = plane.namespace(&admin, "alerts").await.unwrap();
+    let dir = plane.dir().join(format!("alerts-{ns}"));
+    let hosts = dir.join("hosts");
+    std::fs::create_dir_all(&hosts).expect("a hosts directory");
+    let groups = rendered_rules("");
+    std::fs::write(dir.join("rules.yaml"), groups.to_string()).expect("rules.yaml");
+    let evaluate = |name: &str, test: String| {
+        let file = dir.join(format!("{name}.test.yaml"));
+        std::fs::write(&file, test).expect("the rule test");
+        let output = tool("promtool", &["test", "rules", &file.display().to_string()]);
+        let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{name}:\n{said}");
+    };
+
+    // The state: kube-proxy in nftables mode (its configuration, read from this namespace), a mirror whose Service
+    // does not exist, a node whose containerd reads another directory and holds someone else's file for the
+    // address the plan maps.
+    let node_port = 30000 + (std::process::id() % 2000) as i32;
+    let proxy = json!({"metadata": {"name": "kube-proxy"}, "data": {"config.conf": "mode: nftables\n"}});
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    configmaps.create(&PostParams::default(), &serde_json::from_value(proxy).unwrap()).await.expect("kube-proxy");
+    let plan = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "plan"}})).unwrap();
+    configmaps.create(&PostParams::default(), &plan).await.expect("the plan's ConfigMap");
+    let loopback = format!("localhost:{node_port}");
+    std::fs::create_dir_all(hosts.join(&loopback)).expect("a foreign directory");
+    std::fs::write(hosts.join(&loopback).join("hosts.toml"), "server = \"https://elsewhere\"\n").expect("foreign");
+    let containerd = dir.join("config.toml");
+    let elsewhere = "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/elsewhere'\n";
+    std::fs::write(&containerd, elsewhere).expect("containerd's config");
+    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
+    let controller = Controller::start_in_namespace(
+        &ns,
+        &[
+            kubeconfig.clone(),
+            format!("--watch-namespaces={ns}"),
+            format!("--configmap-namespace={ns}"),
+            "--node-plan-configmap=plan".into(),
+            format!("--node-mirrors=docker.io=service:{ns}/missing:5000"),
+            format!("--kube-proxy-configmap={ns}/kube-proxy"),
+        ],
+    );
+    let agent = Controller::start_in_namespace(
+        &ns,
+        &[
+            "node-agent".into(),
+            kubeconfig,
+            "--node-plan-configmap=plan".into(),
+            format!("--config-path-mount={}", hosts.display()),
+            format!("--containerd-config={}", containerd.display()),
+            "--config-path=/etc/containerd/certs.d".into(),
+        ],
+    );
+    let scrape = |process: &Controller| process.get("/metrics").filter(|(s, _)| *s == 200).map(|(_, body)| body);
+    // Its /metrics once every line of `lines` is in it.
+    let holding = |process: &Controller, lines: &[&str]| {
+        scrape(process).filter(|text| lines.iter().all(|l| text.lines().any(|t| t == *l)))
+    };
+
+    // Nothing published yet: only "not publishing" holds of the registry.
+    let before =
+        wait_until(SOON, || async { holding(&controller, &["local_registry_publisher_node_mirrors_unusable 1"]) })
+            .await
+            .unwrap_or_else(|| panic!("the controller's mirror finding:\n{}", controller.logs()));
+    let firing = ["LocalRegistryPublisherNotPublishing", "LocalRegistryPublisherMirrorUnusable"];
+    evaluate("before", scraped_rule_test(&[("controller", &before)], &groups, &firing));
+
+    // A NodePort registry published as localhost:<nodePort>, which nftables mode does not serve there, with an
+    // annotated cluster-network address that is not its own, so no node file is written for it.
+    let annotations = json!({"local-registry-publisher.io/host-from-cluster-network": "registry.example:5000"});
+    let spec = json!({"type": "NodePort", "ports": [{"port": 5000, "nodePort": node_port}]});
+    apply_in(&admin, &ns, service("registry", registry_label(), annotations, spec)).await;
+    let controller_text = wait_until(SOON, || async {
+        holding(
+            &controller,
+            &[
+                "local_registry_publisher_loopback_addresses_unserved{reader=\"tools\"} 1",
+                "local_registry_publisher_node_addresses_refused 1",
+            ],
+        )
+    })
+    .await
+    .unwrap_or_else(|| panic!("the controller's findings:\n{}", controller.logs()));
+    let agent_text = wait_until(SOON, || async {
+        holding(
+            &agent,
+            &[
+                "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
+                "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1",
+            ],
+        )
+    })
+    .await
+    .unwrap_or_else(|| panic!("the agent's findings:\n{}", agent.logs()));
+    let firing = [
+        "LocalRegistryPublisherMirrorUnusable",
+        "LocalRegistryPublisherAddressRefused",
+        "LocalRegistryPublisherLoopbackNodePortUnserved",
+        "LocalRegistryPublisherNodeFileProblem",
+        "LocalRegistryPublisherContainerdReadsElsewhere",
+    ];
+    let scrapes = [("controller", controller_text.as_str()), ("agent-a", agent_text.as_str())];
+    evaluate("published", scraped_rule_test(&scrapes, &groups, &firing));
+    std::fs::remove_dir_all(&dir).ok();
+}
