@@ -60,7 +60,7 @@ test: image
 	    LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
 	  done; \
 	  for mode in $(PROXY_RERUN); do \
-	    echo "[test] the node agent's and the loopback pushes' real-node tests with kube-proxy in $$mode mode"; \
+	    echo "[test] the node agent's and the publisher's real-node tests with kube-proxy in $$mode mode"; \
 	    LRP_KUBE_PROXY=$$mode $(CARGO) test $(PROXY_TESTS) || exit 1; \
 	  done ) >target/window-node.log 2>&1 & node=$$!; \
 	status=0; \
