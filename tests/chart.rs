@@ -1453,6 +1453,15 @@ fn each_alert_can_be_switched_off_relabelled_and_extra_alerts_join_the_group() {
     assert!(!defaults.contains("PrometheusRule"), "opt-in");
 }
 
+/// `process`'s /metrics once every line of `lines` is in it, else a panic with its log.
+async fn metrics_holding(process: &Controller, lines: &[&str]) -> String {
+    let holding = || async {
+        let text = process.get("/metrics").filter(|(status, _)| *status == 200).map(|(_, body)| body);
+        text.filter(|text| lines.iter().all(|line| text.lines().any(|l| l == *line)))
+    };
+    wait_until(SOON, holding).await.unwrap_or_else(|| panic!("never {lines:?}; its log:\n{}", process.logs()))
+}
+
 /// A promtool rule test over what the controller and a node agent exported at one moment: every sample held for
 /// half an hour (as Prometheus would have scraped it, with the namespace and pod labels its operator adds; a Unix
 /// timestamp keeps its age at the evaluation time), and each rule's expression evaluated at the end: present when
@@ -1557,17 +1566,8 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
             "--config-path=/etc/containerd/certs.d".into(),
         ],
     );
-    let scrape = |process: &Controller| process.get("/metrics").filter(|(s, _)| *s == 200).map(|(_, body)| body);
-    // Its /metrics once every line of `lines` is in it.
-    let holding = |process: &Controller, lines: &[&str]| {
-        scrape(process).filter(|text| lines.iter().all(|l| text.lines().any(|t| t == *l)))
-    };
-
     // Nothing published yet: only "not publishing" holds of the registry.
-    let before =
-        wait_until(SOON, || async { holding(&controller, &["local_registry_publisher_node_mirrors_unusable 1"]) })
-            .await
-            .unwrap_or_else(|| panic!("the controller's mirror finding:\n{}", controller.logs()));
+    let before = metrics_holding(&controller, &["local_registry_publisher_node_mirrors_unusable 1"]).await;
     let firing = ["LocalRegistryPublisherNotPublishing", "LocalRegistryPublisherMirrorUnusable"];
     evaluate("before", scraped_rule_test(&[("controller", &before)], &groups, &firing));
 
@@ -1576,28 +1576,22 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
     let annotations = json!({"local-registry-publisher.io/host-from-cluster-network": "registry.example:5000"});
     let spec = json!({"type": "NodePort", "ports": [{"port": 5000, "nodePort": node_port}]});
     apply_in(&admin, &ns, service("registry", registry_label(), annotations, spec)).await;
-    let controller_text = wait_until(SOON, || async {
-        holding(
-            &controller,
-            &[
-                "local_registry_publisher_loopback_addresses_unserved{reader=\"tools\"} 1",
-                "local_registry_publisher_node_addresses_refused 1",
-            ],
-        )
-    })
-    .await
-    .unwrap_or_else(|| panic!("the controller's findings:\n{}", controller.logs()));
-    let agent_text = wait_until(SOON, || async {
-        holding(
-            &agent,
-            &[
-                "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
-                "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1",
-            ],
-        )
-    })
-    .await
-    .unwrap_or_else(|| panic!("the agent's findings:\n{}", agent.logs()));
+    let controller_text = metrics_holding(
+        &controller,
+        &[
+            "local_registry_publisher_loopback_addresses_unserved{reader=\"tools\"} 1",
+            "local_registry_publisher_node_addresses_refused 1",
+        ],
+    )
+    .await;
+    let agent_text = metrics_holding(
+        &agent,
+        &[
+            "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
+            "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1",
+        ],
+    )
+    .await;
     let firing = [
         "LocalRegistryPublisherMirrorUnusable",
         "LocalRegistryPublisherAddressRefused",
