@@ -1334,35 +1334,12 @@ async fn every_dashboard_query_names_a_metric_the_controller_or_the_node_agent_e
     let plane = ControlPlane::shared();
     let admin = plane.client().await.unwrap();
     let ns = plane.namespace(&admin, "dashboard").await.unwrap();
-    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
     // Every task on (the publisher, pull Secrets, the node plan, kube-proxy's), each series starting at 0, and a
     // registry published, so every family has its samples; one node agent reading the plan.
-    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
-    let plan = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "plan"}})).unwrap();
-    configmaps.create(&PostParams::default(), &plan).await.expect("the plan's ConfigMap, as the chart makes it");
-    let controller = Controller::start_in_namespace(
-        &ns,
-        &[
-            kubeconfig.clone(),
-            format!("--watch-namespaces={ns}"),
-            format!("--configmap-namespace={ns}"),
-            "--pull-secrets".into(),
-            "--node-plan-configmap=plan".into(),
-        ],
-    );
+    let hosts = plane.dir().join(format!("dashboard-hosts-{ns}"));
+    let (controller, agent) = controller_and_agent(&admin, &ns, &hosts, &["--pull-secrets".into()], &[]).await;
     let spec = json!({"type": "NodePort", "ports": [{"port": 5000}]});
     apply_in(&admin, &ns, service("registry", registry_label(), json!({}), spec)).await;
-    let hosts = plane.dir().join(format!("dashboard-hosts-{ns}"));
-    std::fs::create_dir_all(&hosts).expect("a hosts directory");
-    let agent = Controller::start_in_namespace(
-        &ns,
-        &[
-            "node-agent".into(),
-            kubeconfig,
-            "--node-plan-configmap=plan".into(),
-            format!("--config-path-mount={}", hosts.display()),
-        ],
-    );
     let scrape = |process: &Controller, once: &'static str| {
         let text = process.get("/metrics").filter(|(status, _)| *status == 200).map(|(_, body)| body);
         async move { text.filter(|text| text.contains(once)) }
@@ -1453,6 +1430,30 @@ fn each_alert_can_be_switched_off_relabelled_and_extra_alerts_join_the_group() {
     assert!(!defaults.contains("PrometheusRule"), "opt-in");
 }
 
+/// The controller keeping the node plan `plan` for the registries of `ns` (and `controller_flags`), and one node
+/// agent writing into `hosts` (with `agent_flags`), both as pods of `ns`; the plan's ConfigMap made as the chart does.
+async fn controller_and_agent(
+    admin: &kube::Client,
+    ns: &str,
+    hosts: &Path,
+    controller_flags: &[String],
+    agent_flags: &[String],
+) -> (Controller, Controller) {
+    let plan = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "plan"}})).unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    configmaps.create(&PostParams::default(), &plan).await.expect("the plan's ConfigMap");
+    std::fs::create_dir_all(hosts).expect("a hosts directory");
+    let kubeconfig = format!("--kubeconfig={}", ControlPlane::shared().kubeconfig().display());
+    let plan = "--node-plan-configmap=plan".to_string();
+    let own =
+        [kubeconfig.clone(), format!("--watch-namespaces={ns}"), format!("--configmap-namespace={ns}"), plan.clone()];
+    let controller = Controller::start_in_namespace(ns, &[&own[..], controller_flags].concat());
+    let mount = format!("--config-path-mount={}", hosts.display());
+    let agent =
+        Controller::start_in_namespace(ns, &[&["node-agent".into(), kubeconfig, plan, mount], agent_flags].concat());
+    (controller, agent)
+}
+
 /// `process`'s /metrics once every line of `lines` is in it, else a panic with its log.
 async fn metrics_holding(process: &Controller, lines: &[&str]) -> String {
     let holding = || async {
@@ -1535,37 +1536,23 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
     let proxy = json!({"metadata": {"name": "kube-proxy"}, "data": {"config.conf": "mode: nftables\n"}});
     let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
     configmaps.create(&PostParams::default(), &serde_json::from_value(proxy).unwrap()).await.expect("kube-proxy");
-    let plan = serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": "plan"}})).unwrap();
-    configmaps.create(&PostParams::default(), &plan).await.expect("the plan's ConfigMap");
     let loopback = format!("localhost:{node_port}");
     std::fs::create_dir_all(hosts.join(&loopback)).expect("a foreign directory");
     std::fs::write(hosts.join(&loopback).join("hosts.toml"), "server = \"https://elsewhere\"\n").expect("foreign");
     let containerd = dir.join("config.toml");
     let elsewhere = "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/elsewhere'\n";
     std::fs::write(&containerd, elsewhere).expect("containerd's config");
-    let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
-    let controller = Controller::start_in_namespace(
+    let (controller, agent) = controller_and_agent(
+        &admin,
         &ns,
+        &hosts,
         &[
-            kubeconfig.clone(),
-            format!("--watch-namespaces={ns}"),
-            format!("--configmap-namespace={ns}"),
-            "--node-plan-configmap=plan".into(),
             format!("--node-mirrors=docker.io=service:{ns}/missing:5000"),
             format!("--kube-proxy-configmap={ns}/kube-proxy"),
         ],
-    );
-    let agent = Controller::start_in_namespace(
-        &ns,
-        &[
-            "node-agent".into(),
-            kubeconfig,
-            "--node-plan-configmap=plan".into(),
-            format!("--config-path-mount={}", hosts.display()),
-            format!("--containerd-config={}", containerd.display()),
-            "--config-path=/etc/containerd/certs.d".into(),
-        ],
-    );
+        &[format!("--containerd-config={}", containerd.display()), "--config-path=/etc/containerd/certs.d".into()],
+    )
+    .await;
     // Nothing published yet: only "not publishing" holds of the registry.
     let before = metrics_holding(&controller, &["local_registry_publisher_node_mirrors_unusable 1"]).await;
     let firing = ["LocalRegistryPublisherNotPublishing", "LocalRegistryPublisherMirrorUnusable"];
