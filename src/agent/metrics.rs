@@ -36,7 +36,7 @@ pub struct AgentMetrics {
 }
 
 impl AgentMetrics {
-    /// A registry holding these metrics and the process collector.
+    /// A registry holding these metrics, every bounded series started, and the process collector.
     pub fn registry(&self) -> MetricsRegistry {
         let mut registry = MetricsRegistry::default();
         registry.register(

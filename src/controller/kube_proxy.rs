@@ -75,9 +75,9 @@ impl Concern for Watching {
     }
 
     async fn pass(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
-        let watched = !kube_proxy::interest(published, &self.target).configs.is_empty();
         let mode = kube_proxy::mode(observed, &self.target);
-        if watched {
+        // Said only while kube-proxy's configuration is watched, that is while it matters.
+        if observed.configs.contains_key(&self.target.key()) {
             self.log_mode(&mode);
         }
         let mode = mode.ok().flatten();

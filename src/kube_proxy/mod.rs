@@ -22,6 +22,10 @@ pub const POD_LABEL: &str = "k8s-app=kube-proxy";
 /// k3s and RKE2 run kube-proxy inside their own process and record its arguments on the node.
 pub const NODE_ARGS: [&str; 2] = ["k3s.io/node-args", "rke2.io/node-args"];
 
+/// KEP-6032's fix for nftables mode (IPv4 and IPv6 loopback), as every message that suggests it says it.
+pub const NFTABLES_LOCALHOST_GATE: &str = "from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
+     KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses";
+
 /// kube-proxy's mode and where it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mode {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{CONFIG_KEY, Mode, Serves};
+use super::{CONFIG_KEY, CONFIG_MAP, Mode, NFTABLES_LOCALHOST_GATE, Serves};
 use crate::hosting::Field;
 use crate::node::{self, Notice, Reason, served_on_node_loopback};
 use crate::publish::Published;
@@ -23,6 +23,11 @@ impl fmt::Display for ConfigTarget {
 }
 
 impl ConfigTarget {
+    /// Where kubeadm and kind keep it.
+    pub fn kubeadm() -> Self {
+        Self { namespace: CONFIG_MAP.0.to_string(), name: CONFIG_MAP.1.to_string() }
+    }
+
     pub fn key(&self) -> WatchKey {
         WatchKey::in_namespace(&self.namespace).named(&self.name)
     }
@@ -134,12 +139,7 @@ pub fn notices(published: Option<&Published>, mode: Option<&Mode>, unserved: &[U
             }
         })
         .collect();
-    let gate = if mode.name == "nftables" {
-        ", or, from Kubernetes 1.37, kube-proxy's alpha feature gate KubeProxyNFTablesLocalhostNodePorts with \
-         localhost in its --nodeport-addresses"
-    } else {
-        ""
-    };
+    let gate = if mode.name == "nftables" { format!(", or, {NFTABLES_LOCALHOST_GATE}") } else { String::new() };
     let message = format!(
         "kube-proxy runs in {} mode ({}): {}. A hostPort on the registry's pod is served on the loopback in every \
          mode and is published before its nodePort{gate}",

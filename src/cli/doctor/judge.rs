@@ -79,15 +79,16 @@ pub fn loopback_hint(host: &str, answered: bool) -> Option<String> {
     let (name, port) = host.rsplit_once(':')?;
     let loopback = name == "localhost" || name == "[::1]" || name.starts_with("127.");
     (!answered && loopback && port.parse::<u16>().is_ok()).then(|| {
-        "if this machine is not the registry's node (minikube, a VM, a remote cluster), its loopback does not \
-         reach the registry: publish the node's InternalIP instead, with the chart value registry.nodeAddress=internal-ip \
-         (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip). \
-         If it is the node (k3s, MicroK8s) and the port is a nodePort, kube-proxy serves it on loopback in iptables mode \
-         only (not in nftables mode, never on [::1]; the node section says the mode): give the registry pod a hostPort, \
-         which the CNI's portmap serves on loopback in every mode and the controller publishes before a nodePort, \
-         publish the InternalIP as above, or, from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
-         KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses"
-            .to_string()
+        format!(
+            "if this machine is not the registry's node (minikube, a VM, a remote cluster), its loopback does not \
+             reach the registry: publish the node's InternalIP instead, with the chart value registry.nodeAddress=internal-ip \
+             (helm upgrade ... --reset-then-reuse-values --set registry.nodeAddress=internal-ip; flag --node-address internal-ip). \
+             If it is the node (k3s, MicroK8s) and the port is a nodePort, kube-proxy serves it on loopback in iptables mode \
+             only (not in nftables mode, never on [::1]; the node section says the mode): give the registry pod a hostPort, \
+             which the CNI's portmap serves on loopback in every mode and the controller publishes before a nodePort, \
+             publish the InternalIP as above, or, {}",
+            crate::kube_proxy::NFTABLES_LOCALHOST_GATE
+        )
     })
 }
 

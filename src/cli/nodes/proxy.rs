@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
 pub use crate::kube_proxy::{CONFIG_KEY, CONFIG_MAP, Mode, POD_LABEL, Serves};
-use crate::kube_proxy::{NODE_ARGS, Reader, flag};
+use crate::kube_proxy::{ConfigTarget, NFTABLES_LOCALHOST_GATE, NODE_ARGS, Reader, flag};
 use crate::publish::Published;
 
 /// What doctor read of kube-proxy, each read's failure left out (the mode is then not known).
@@ -39,10 +39,7 @@ pub fn on(node: &Node, sources: &Sources) -> Option<Mode> {
             Mode::new(mode, format!("node annotation {key}"))
         })
     };
-    let from_config = || {
-        let source = format!("ConfigMap {}/{} ({CONFIG_KEY})", CONFIG_MAP.0, CONFIG_MAP.1);
-        Mode::from_configuration(sources.config.as_deref()?, source)
-    };
+    let from_config = || Mode::from_configuration(sources.config.as_deref()?, ConfigTarget::kubeadm().source());
     from_pod.or_else(from_node).or_else(from_config)
 }
 
@@ -79,8 +76,7 @@ pub fn judge(mode: Option<&Mode>, address: &str, configured: bool) -> (String, b
             format!(
                 "{running}, which serves no {address} on the node's loopback: its containerd cannot pull it; turn on \
                  the node agent (nodeAgent.enabled=true), whose file maps it to the ClusterIP, give the registry \
-                 a hostPort, or, from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
-                 KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses"
+                 a hostPort, or, {NFTABLES_LOCALHOST_GATE}"
             ),
             true,
         ),
