@@ -111,6 +111,13 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let tls = match args.operation.tls_files().map(http::tls::acceptor).transpose() {
+        Ok(tls) => tls,
+        Err(error) => {
+            error!("cannot serve HTTPS: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let client = match client(&args.cluster).await {
         Ok(client) => client,
         Err(error) => {
@@ -129,7 +136,7 @@ pub async fn run(args: Args) -> ExitCode {
     let metrics = Metrics::default();
     let health = Arc::new(Health::default());
     let auth = args.operation.metrics_auth.then(|| Arc::new(crate::metrics_auth::MetricsAuth::new(client.clone())));
-    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), auth, stopped()));
+    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), auth, tls, stopped()));
     let (leading, elector) = if args.operation.leader_elect {
         let settings = lease_settings(&args.operation);
         info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");
@@ -201,7 +208,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let registry = reporting.metrics.registry();
-    let server = tokio::spawn(http::serve(listener, reporting.health.clone(), registry, None, served));
+    let server = tokio::spawn(http::serve(listener, reporting.health.clone(), registry, None, None, served));
     let stopping = async {
         shutdown_signal().await;
         info!("shutting down");

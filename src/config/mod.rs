@@ -100,6 +100,16 @@ pub struct OperationArgs {
     #[arg(long, env = "LRP_METRICS_AUTH")]
     pub metrics_auth: bool,
 
+    /// Serve the --http-address port over HTTPS with this PEM certificate chain (with --tls-private-key-file), so
+    /// a scraper's token never crosses the network in clear; kubelet's probes must then use HTTPS too. The files
+    /// are read again when they change (a renewed, mounted Secret).
+    #[arg(long, env = "LRP_TLS_CERT_FILE", value_name = "PATH", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert-file.
+    #[arg(long, env = "LRP_TLS_PRIVATE_KEY_FILE", value_name = "PATH", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<std::path::PathBuf>,
+
     /// Elect a leader on a coordination.k8s.io Lease so several replicas can run: all watch, only the leader
     /// writes. Without it, run a single replica.
     #[arg(long, env = "LRP_LEADER_ELECT")]
@@ -122,6 +132,18 @@ pub struct OperationArgs {
     /// be unique: the controller exits if another live process renews the Lease under it.
     #[arg(long, env = "LRP_LEADER_ELECT_IDENTITY")]
     pub leader_elect_identity: Option<String>,
+}
+
+impl OperationArgs {
+    /// The serving certificate's files, when HTTPS was asked for.
+    pub fn tls_files(&self) -> Option<crate::http::tls::CertificateFiles> {
+        match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => {
+                Some(crate::http::tls::CertificateFiles { cert: cert.clone(), key: key.clone() })
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

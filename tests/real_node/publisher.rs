@@ -50,14 +50,17 @@ async fn the_chart_runs_hardened_on_a_real_node() {
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     images();
-    helm_install("lrp", "lrp-system", &["configMap.takeOver=false"]);
+    // metricsAuth: the port speaks HTTPS with the certificate the release made, mounted into the read-only root.
+    helm_install("lrp", "lrp-system", &["configMap.takeOver=false", "metricsAuth=true"]);
 
-    // Running and Ready through its own probes, on the real node, as the chart's hardening says.
+    // Running and Ready through its own probes (over HTTPS), on the real node, as the chart's hardening says.
     let pods = Api::<Pod>::namespaced(client.clone(), "lrp-system");
     let list = pods.list(&kube::api::ListParams::default().labels(CONTROLLER_LABELS)).await.expect("list pods");
     let pod = list.items.into_iter().next().expect("the controller pod");
     let spec = pod.spec.clone().expect("spec");
     assert_eq!(spec.node_name.as_deref(), Some(node().name()));
+    let probe = spec.containers[0].readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("an HTTP probe");
+    assert_eq!(probe.scheme.as_deref(), Some("HTTPS"));
     let status = pod.status.clone().expect("status");
     let container = &status.container_statuses.expect("container statuses")[0];
     assert!(container.ready, "{container:?}");

@@ -195,3 +195,16 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The Secret holding the controller's serving certificate when its port speaks HTTPS (metricsAuth with
+     metricsTLS.enabled); empty when it speaks HTTP. */}}
+{{- define "lrp.metricsTLSSecret" -}}
+{{- if and .Values.metricsAuth .Values.metricsTLS.enabled -}}
+{{- .Values.metricsTLS.secretName | default (printf "%s-metrics-tls" (include "lrp.fullname" .) | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name the metrics Service is reached by, which the serving certificate must hold. */}}
+{{- define "lrp.metricsServerName" -}}
+{{- printf "%s-metrics.%s.svc" (include "lrp.fullname" .) .Release.Namespace -}}
+{{- end -}}

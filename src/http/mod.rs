@@ -1,4 +1,7 @@
-//! `/healthz`, `/readyz` and `/metrics` on one port; what the probes say is decided in [`crate::health`].
+//! `/healthz`, `/readyz` and `/metrics` on one port, over HTTP or [`tls`]; what the probes say is decided in
+//! [`crate::health`].
+
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,13 +16,14 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::metrics_auth::{Access, MetricsAuth};
 
-/// Serves until `shutdown` completes. With `auth`, /metrics answers only callers it allows; the probes stay open
-/// because kubelet calls them without credentials.
+/// Serves until `shutdown` completes, over TLS with `tls`. With `auth`, /metrics answers only callers it allows; the
+/// probes stay open because kubelet calls them without credentials.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     health: Arc<Health>,
     registry: MetricsRegistry,
     auth: Option<Arc<MetricsAuth>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let registry = Arc::new(registry);
@@ -49,7 +53,10 @@ pub async fn serve(
                 ([(header::CONTENT_TYPE, content_type)], Metrics::encode(&registry)).into_response()
             }),
         );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    match tls {
+        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await,
+        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+    }
 }
 
 fn probe(result: Result<(), String>) -> impl IntoResponse {
