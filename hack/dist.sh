@@ -11,6 +11,9 @@
 #                                              controller binary and the Debian packages of its C libraries
 #   hack/dist.sh index <dir>                   one OCI layout (<dir>/image-index) holding every architecture's image
 #                                              of <dir> under an index annotated like each image, for `crane push`
+#   hack/dist.sh artifacthub <dir>             Artifact Hub's repository metadata as an OCI layout
+#                                              (<dir>/artifacthub-metadata), for `crane push` to the chart's
+#                                              `artifacthub.io` tag; ARTIFACTHUB_REPOSITORY_ID becomes its repositoryID
 #   hack/dist.sh sums <dir>                    SHA256SUMS of every file in <dir>
 #   hack/dist.sh krew <dir> <download base URL> a krew plugin manifest for the CLI archives in <dir>/SHA256SUMS
 #   hack/dist.sh notes                         this version's CHANGELOG section
@@ -228,6 +231,48 @@ index() {
   say "image index: $merged ($(jq '.manifests | length' "$merged/blobs/sha256/$digest") images)"
 }
 
+# Writes file $2 as a blob of the layout $1; prints its digest and size.
+layout_blob() {
+  local digest
+  digest=$(sha256sum "$2" | cut -d' ' -f1)
+  cp "$2" "$1/blobs/sha256/$digest"
+  printf 'sha256:%s %s\n' "$digest" "$(wc -c <"$2" | tr -d ' ')"
+}
+
+# charts/artifacthub-repo.yml as the artifact Artifact Hub reads from a chart repository's `artifacthub.io` tag: an
+# empty config of type application/vnd.cncf.artifacthub.config.v1+yaml and the file as the one layer of type
+# application/vnd.cncf.artifacthub.repository-metadata.layer.v1.yaml (what Artifact Hub's documented `oras push`
+# makes), as an OCI layout that crane, already the release's tool, pushes.
+artifacthub() {
+  local out=$1 layout="$1/artifacthub-metadata" file="$scratch/artifacthub-repo.yml"
+  local config config_size layer layer_size manifest manifest_size
+  local id=${ARTIFACTHUB_REPOSITORY_ID:-}
+  rm -rf "$layout" && mkdir -p "$layout/blobs/sha256"
+  : >"$file"
+  if [ -n "$id" ]; then
+    # Only a UUID reaches the YAML: a repository variable cannot add owners or anything else to it.
+    [[ $id =~ ^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ ]] ||
+      { say "ARTIFACTHUB_REPOSITORY_ID is not an Artifact Hub repository ID (a lower-case UUID)"; return 1; }
+    printf 'repositoryID: %s\n' "$id" >>"$file"
+  fi
+  cat "$root/charts/artifacthub-repo.yml" >>"$file"
+  : >"$scratch/empty"
+  read -r config config_size < <(layout_blob "$layout" "$scratch/empty")
+  read -r layer layer_size < <(layout_blob "$layout" "$file")
+  jq -cn --arg config "$config" --arg layer "$layer" --argjson size "$layer_size" '{schemaVersion: 2,
+    mediaType: "application/vnd.oci.image.manifest.v1+json",
+    config: {mediaType: "application/vnd.cncf.artifacthub.config.v1+yaml", digest: $config, size: 0},
+    layers: [{mediaType: "application/vnd.cncf.artifacthub.repository-metadata.layer.v1.yaml", digest: $layer,
+      size: $size, annotations: {"org.opencontainers.image.title": "artifacthub-repo.yml"}}]}' >"$scratch/manifest"
+  read -r manifest manifest_size < <(layout_blob "$layout" "$scratch/manifest")
+  jq -cn --arg digest "$manifest" --argjson size "$manifest_size" '{schemaVersion: 2,
+    mediaType: "application/vnd.oci.image.index.v1+json",
+    manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json", digest: $digest, size: $size}]}' \
+    >"$layout/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
+  say "Artifact Hub metadata: $layout (repositoryID: ${id:-none yet})"
+}
+
 sums() {
   local out=$1
   (cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
@@ -237,7 +282,7 @@ sums() {
 main() {
   local command=${1:-} out=${2:-}
   [ "$command" = notes ] && { notes; return; }
-  [ -n "$command" ] && [ -n "$out" ] || { sed -n '4,17p' "$0" >&2; exit 2; }
+  [ -n "$command" ] && [ -n "$out" ] || { sed -n '4,20p' "$0" >&2; exit 2; }
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   case $command in
@@ -247,8 +292,8 @@ main() {
       (cd "$out" && ls -l --block-size=K | tail -n +2 | awk '{ printf "[dist]   %8s  %s\n", $5, $9 }') >&2 ;;
     chart) chart "$out" "${3:-}" ;;
     krew) krew "$out" "${3:?hack/dist.sh krew <dir> <download base URL>}" ;;
-    image | cli | sbom | sums | index) "$command" "$out" ;;
-    *) sed -n '4,17p' "$0" >&2; exit 2 ;;
+    image | cli | sbom | sums | index | artifacthub) "$command" "$out" ;;
+    *) sed -n '4,20p' "$0" >&2; exit 2 ;;
   esac
 }
 

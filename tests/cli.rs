@@ -253,37 +253,6 @@ async fn installed_as_kubectl_registry_hosting_it_is_a_kubectl_plugin() {
     assert_eq!(bare.status.code(), Some(2), "as a plugin it never starts the controller");
 }
 
-/// A real registry process on loopback (crane's), stopped on drop.
-struct LocalRegistry {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl LocalRegistry {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(ControlPlane::shared().tools().join("crane"))
-            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start crane's registry");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "crane's registry never listened on 127.0.0.1:{port}");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Self { child, port }
-    }
-}
-
-impl Drop for LocalRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn doctor(s: &Scenario) -> (Option<i32>, String) {
     let (namespace, watch) = (format!("--configmap-namespace={}", s.ns), format!("--watch-namespaces={}", s.ns));
     let output = support::doctor(ControlPlane::shared(), &[&namespace, &watch, "--no-builtin-registries"]);
@@ -304,7 +273,7 @@ async fn doctor_probes_a_real_registry_up_down_and_on_the_wrong_port_and_finds_a
     let s = Scenario::new("cli-doctor").await;
     let nothing = doctor(&s);
     assert_eq!(nothing.0, Some(3), "{}", nothing.1);
-    let registry = LocalRegistry::start();
+    let registry = LocalRegistry::start(ControlPlane::shared().tools());
     let host = format!("127.0.0.1:{}", registry.port);
     s.apply(registry_at(&host)).await;
     // No controller runs yet: the registry is what one would publish, not what is published.

@@ -182,15 +182,6 @@ async fn probes_and_metrics_report_what_happens() {
     assert_eq!(deleted, Some(1.0), "deletes are counted");
 }
 
-/// A kubeconfig like the shared one whose server is `address`.
-fn kubeconfig_via(address: std::net::SocketAddr, name: &str) -> std::path::PathBuf {
-    let plane = testbed::ControlPlane::shared();
-    let text = std::fs::read_to_string(plane.kubeconfig()).expect("kubeconfig");
-    let path = plane.dir().join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, text.replace(plane.server(), &format!("https://{address}"))).expect("write kubeconfig");
-    path
-}
-
 #[tokio::test]
 async fn a_leader_whose_connection_freezes_steps_down_before_anyone_else_may_lead() {
     let s = Scenario::new("frozen").await;

@@ -550,3 +550,44 @@ fn dist_packages_the_chart_with_helm_alone_in_the_tool_cache() {
     let _ = std::fs::remove_dir_all(&cache);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Artifact Hub reads a chart repository's metadata from its `artifacthub.io` tag: what the release pushes there
+/// (hack/dist.sh's layout, pushed with crane) is the artifact Artifact Hub's documented `oras push` makes, pushed to
+/// a real registry and read back.
+#[test]
+fn the_artifact_hub_metadata_is_pushed_beside_the_chart_as_artifact_hub_reads_it() {
+    const ID: &str = "6e1c4f4a-8f5e-4a0c-9a39-3f1f2b7c5d10";
+    let crane = testbed::tools::bin_dir().expect("the tools are built (make test builds them)").join("crane");
+    let out = scratch("artifacthub");
+    run(Command::new(root().join("hack/dist.sh")).arg("artifacthub").arg(&out).env("ARTIFACTHUB_REPOSITORY_ID", ID));
+    let registry = support::LocalRegistry::start(crane.parent().expect("the tools' directory"));
+    let repository = format!("127.0.0.1:{}/charts/{NAME}", registry.port);
+    let tag = format!("{repository}:artifacthub.io");
+    let layout = out.join("artifacthub-metadata");
+    run(Command::new(&crane).args(["push", "--insecure"]).arg(&layout).arg(&tag));
+
+    let manifest: Value = serde_json::from_str(&run(Command::new(&crane).args(["manifest", "--insecure", &tag])))
+        .expect("a JSON manifest");
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.cncf.artifacthub.config.v1+yaml");
+    assert_eq!(manifest["config"]["size"], 0);
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/vnd.cncf.artifacthub.repository-metadata.layer.v1.yaml");
+    let digest = layers[0]["digest"].as_str().expect("the layer's digest");
+    let pushed = run(Command::new(&crane).args(["blob", "--insecure", &format!("{repository}@{digest}")]));
+    let committed = std::fs::read_to_string(root().join("charts/artifacthub-repo.yml")).unwrap();
+    assert_eq!(pushed, format!("repositoryID: {ID}\n{committed}"));
+    let metadata: Value = serde_saphyr::from_str(&pushed).expect("YAML Artifact Hub parses");
+    assert_eq!(metadata["repositoryID"], ID);
+
+    // A repository variable that is not an ID cannot put anything else into the file.
+    let smuggled = Command::new(root().join("hack/dist.sh"))
+        .arg("artifacthub")
+        .arg(&out)
+        .env("ARTIFACTHUB_REPOSITORY_ID", format!("{ID}\nowners: [{{name: mallory}}]"))
+        .output()
+        .unwrap();
+    assert!(!smuggled.status.success() && String::from_utf8_lossy(&smuggled.stderr).contains("not an Artifact Hub"));
+    let _ = std::fs::remove_dir_all(&out);
+}

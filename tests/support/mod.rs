@@ -585,3 +585,45 @@ pub async fn edit_only_client(admin: &Client, kubeconfig: &std::path::Path, ns: 
     assert!(granted.is_some(), "the tenant's edit RoleBinding in {ns} never took effect");
     tenant
 }
+
+/// A real registry process on loopback (crane's), stopped on drop.
+pub struct LocalRegistry {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl LocalRegistry {
+    /// Runs `crane registry serve` from `tools` (hack/tools.sh's directory).
+    pub fn start(tools: &std::path::Path) -> Self {
+        use std::process::{Command, Stdio};
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(tools.join("crane"))
+            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start crane's registry");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "crane's registry never listened on 127.0.0.1:{port}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubeconfig like the shared one whose server is `address`.
+pub fn kubeconfig_via(address: std::net::SocketAddr, name: &str) -> std::path::PathBuf {
+    let plane = testbed::ControlPlane::shared();
+    let text = std::fs::read_to_string(plane.kubeconfig()).expect("kubeconfig");
+    let path = plane.dir().join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, text.replace(plane.server(), &format!("https://{address}"))).expect("write kubeconfig");
+    path
+}
