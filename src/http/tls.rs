@@ -15,7 +15,7 @@ use rustls::sign::CertifiedKey;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::escape::safe;
 
@@ -117,7 +117,7 @@ impl ReloadingCertificate {
             current.read = stamp;
             match self.files.load() {
                 Ok(key) => {
-                    debug!("loaded the serving certificate again");
+                    info!("serving the renewed certificate from its files");
                     current.key = Arc::new(key);
                 }
                 Err(error) => warn!("keeping the last serving certificate: {error}"),
