@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
-# crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft, promtool) into a cache outside the
-# work tree, after installing the Debian packages they need.
+# crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft, promtool, kube-router) into a cache
+# outside the work tree, after installing the Debian packages they need.
 #
 #   hack/tools.sh [SET|TOOL...]        build whatever is missing, then print the directory holding the binaries
 #   hack/tools.sh --dir [SET|TOOL...]  print that directory only (exit 1 when something is not built yet)
@@ -68,6 +68,7 @@ tools() {
   echo "krew|$(module_version krew sigs.k8s.io/krew)|krew=sigs.k8s.io/krew/cmd/krew"
   echo "syft|$(module_version syft github.com/anchore/syft)|syft=github.com/anchore/syft/cmd/syft"
   echo "promtool|$(module_version promtool github.com/prometheus/prometheus)|promtool=github.com/prometheus/prometheus/cmd/promtool"
+  echo "kube-router|$(module_version kube-router github.com/cloudnativelabs/kube-router/v2)|kube-router=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
 }
 
 # The tested windows' other ends: the tools only LRP_KUBE_VERSION and LRP_CONTAINERD runs use.
@@ -84,8 +85,9 @@ demo_tools="k8s etcd kwok containerd runc cni coredns crane"
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
 # portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`); jq
 # merges the image's Debian packages into its SBOM, zip packs the Windows CLI archive off Windows and unzip lists it
-# (hack/dist.sh, tests/release.rs). Installed here so the README's two commands stay the only set-up.
-debian_packages="libseccomp-dev pkg-config iptables shellcheck jq zip unzip"
+# (hack/dist.sh, tests/release.rs); kube-router, the NetworkPolicy enforcer of the chart's policy test, runs ipset.
+# Installed here so the README's two commands stay the only set-up.
+debian_packages="libseccomp-dev pkg-config iptables ipset shellcheck jq zip unzip"
 ensure_debian_packages() {
   local missing=() pkg
   for pkg in $debian_packages; do
@@ -127,6 +129,7 @@ ldflags_of() {
     containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(module_version containerd github.com/containerd/containerd/v2)" ;;
     containerd-*) local m; m=$(containerd_module "${1#containerd-}"); echo "-s -w -X $m/version.Version=$(module_version "$1" "$m")" ;;
     runc) local v; v=$(module_version runc github.com/opencontainers/runc); echo "-s -w -X main.version=${v#v}" ;;
+    kube-router) echo "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$(module_version kube-router github.com/cloudnativelabs/kube-router/v2)" ;;
     *) echo "-s -w" ;;
   esac
 }
