@@ -33,7 +33,7 @@ pub const NODE_NAME: &str = "testbed-node";
 /// The InternalIP kwok gives that node.
 pub const NODE_IP: &str = "10.0.0.10";
 const POD_CIDR: &str = "10.244.0.0/16";
-pub(crate) const SERVICE_CIDR: &str = "10.96.0.0/16";
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]

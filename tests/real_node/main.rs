@@ -5,13 +5,16 @@
 //!   registry and for minikube's hostPort registry addon;
 //! - `helm upgrade` never runs two controllers at once, and `helm uninstall` leaves no ConfigMap behind;
 //! - the node agent makes `hostFromClusterNetwork` pullable by the node's containerd (which fails without it),
-//!   follows a moved registry, and leaves no file of its own and every foreign one as it was.
+//!   follows a moved registry, and leaves no file of its own and every foreign one as it was;
+//! - the chart's NetworkPolicies under a real enforcer (kube-router's firewall) leave the controller and the agent
+//!   working and their metrics port open only to the pods the values name.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod doctor;
 mod mirrors;
+mod network_policy;
 mod node_agent;
 mod publisher;
 mod pull_secrets;

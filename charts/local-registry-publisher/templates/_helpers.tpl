@@ -208,3 +208,43 @@ metricRelabelings:
 {{- define "lrp.metricsServerName" -}}
 {{- printf "%s-metrics.%s.svc" (include "lrp.fullname" .) .Release.Namespace -}}
 {{- end -}}
+
+{{/* The egress rule to the API server: networkPolicy.apiServer, with what it leaves empty read from the
+EndpointSlices of default/kubernetes (pods reach the API server there once the Service is translated). */}}
+{{- define "lrp.apiServerEgress" -}}
+{{- $given := .Values.networkPolicy.apiServer }}
+{{- $cidrs := $given.cidrs | default list }}
+{{- $ports := $given.ports | default list }}
+{{- if or (not $cidrs) (not $ports) }}
+{{- $found := list }}
+{{- $foundPorts := list }}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" }}
+{{- range ($slices.items | default list) }}
+{{- if eq (get (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes" }}
+{{- range (.endpoints | default list) }}
+{{- range .addresses }}
+{{- $found = append $found (ternary (printf "%s/128" .) (printf "%s/32" .) (contains ":" .)) }}
+{{- end }}
+{{- end }}
+{{- range (.ports | default list) }}
+{{- $foundPorts = append $foundPorts (int .port) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $cidrs }}{{ $cidrs = $found | uniq }}{{ end }}
+{{- if not $ports }}{{ $ports = $foundPorts | uniq }}{{ end }}
+{{- if or (not $cidrs) (not $ports) }}
+{{- fail "networkPolicy.enabled: helm found no EndpointSlice of default/kubernetes to read the API server's addresses and port from (helm template and --dry-run=client cannot read the cluster); set networkPolicy.apiServer.cidrs and .ports to what `kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes` shows" }}
+{{- end }}
+{{- end }}
+- to:
+    {{- range $cidrs }}
+    - ipBlock:
+        cidr: {{ . | quote }}
+    {{- end }}
+  ports:
+    {{- range $ports }}
+    - protocol: TCP
+      port: {{ int . }}
+    {{- end }}
+{{- end -}}
