@@ -272,6 +272,25 @@ fn with_metrics_auth_the_port_serves_https_and_the_probes_and_monitor_follow() {
             "serverName": "lrp-local-registry-publisher-metrics.tools.svc"})
     );
 
+    // The made certificate holds the Service's names, the fully qualified one under the cluster's own domain (DNS
+    // names sit in the DER as plain ASCII).
+    let certificate = |rendered: &str| -> String {
+        use base64::Engine;
+        let base64 = base64::engine::general_purpose::STANDARD;
+        let pem = base64.decode(secrets(rendered)[0]["data"]["tls.crt"].as_str().expect("tls.crt")).expect("base64");
+        let pem = String::from_utf8(pem).expect("PEM");
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        String::from_utf8_lossy(&base64.decode(body).expect("DER")).into_owned()
+    };
+    let der = certificate(&render(&["registry.clusterDomain=corp.internal"]));
+    for name in [
+        "lrp-local-registry-publisher-metrics.tools.svc",
+        "lrp-local-registry-publisher-metrics.tools.svc.corp.internal",
+    ] {
+        assert!(der.contains(name), "the certificate names {name}");
+    }
+    assert!(!der.contains("cluster.local"), "no other cluster's domain");
+
     let named = render(&["metricsTLS.secretName=metrics-cert"]);
     assert!(secrets(&named).is_empty(), "a named Secret (cert-manager's) is not made");
     assert_eq!(controller(&named)["volumes"][0]["secret"]["secretName"], "metrics-cert");

@@ -139,16 +139,6 @@ async fn wait_requests(
     panic!("{what}: the last requests got {answers:?}");
 }
 
-/// The address of the release's pod of `component` on the real node.
-async fn pod_ip(client: &Client, ns: &str, component: &str) -> String {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let selector = format!("app.kubernetes.io/component={component}");
-    let listed = pods.list(&ListParams::default().labels(&selector)).await.expect("list pods");
-    let on_node = |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name());
-    let pod = listed.items.iter().find(on_node).unwrap_or_else(|| panic!("no {component} pod on the real node"));
-    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("a pod IP")
-}
-
 /// The API server's endpoint addresses as pods reach them, as `<ip>/32`, and its port.
 async fn api_server_endpoint(client: &Client) -> (Vec<String>, i32) {
     let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), "default");
@@ -207,8 +197,14 @@ async fn under_the_charts_network_policies_the_controller_publishes_the_agent_wr
     }
 
     // The metrics port of both refuses a pod the values do not name, once the enforcer has caught up ...
-    let controller = format!("http://{}:8080/metrics", pod_ip(&client, &ns, "controller").await);
-    let agent = format!("http://{}:8080/metrics", pod_ip(&client, &ns, "node-agent").await);
+    let controller = format!(
+        "http://{}:8080/metrics",
+        pod_ip_on_node(&client, &ns, "controller").await.expect("the controller's pod IP")
+    );
+    let agent = format!(
+        "http://{}:8080/metrics",
+        pod_ip_on_node(&client, &ns, "node-agent").await.expect("the agent's pod IP")
+    );
     let registry = format!("http://{}:5000/v2/", cluster_ip(&client, &ns, "registry").await);
     let metrics = [(controller.as_str(), 6), (agent.as_str(), 6)];
     let refused = |answers: &[Answer]| !last(answers, &controller).answered() && !last(answers, &agent).answered();

@@ -52,6 +52,11 @@ app.kubernetes.io/name: {{ printf "%s-node-agent" (include "lrp.name" .) | trunc
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The node agents' name: their DaemonSet, ServiceAccount and NetworkPolicy. */}}
+{{- define "lrp.agentName" -}}
+{{- printf "%s-node-agent" (include "lrp.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* repository:tag, or repository@digest when image.digest is set (the tag is then ignored). */}}
 {{- define "lrp.image" -}}
 {{- if .Values.image.digest -}}
