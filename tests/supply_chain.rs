@@ -9,11 +9,58 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The RustSec database ../shared/ci holds for machines without GitHub (its README: 2025-02-24).
+/// The RustSec database bundle `.ci/run` gives `make lint`: LRP_ADVISORY_DB when it names a file, as `.ci/run` sets
+/// it, else ../shared/ci's. Its date is whatever its commit says; the tests read it from the bundle, never a literal,
+/// so a refreshed bundle passes and a wrongly printed date still fails.
 fn shared_bundle() -> PathBuf {
-    let bundle = root().join("../shared/ci/rustsec-advisory-db.bundle");
+    let bundle = std::env::var_os("LRP_ADVISORY_DB")
+        .map(PathBuf::from)
+        .filter(|named| named.is_file())
+        .unwrap_or_else(|| root().join("../shared/ci/rustsec-advisory-db.bundle"));
     assert!(bundle.is_file(), "{} is missing: the RustSec bundle .ci/run gives make lint", bundle.display());
     bundle
+}
+
+/// The bundle's commit time in seconds since the epoch, read from a scratch clone of it.
+fn bundle_commit_time(bundle: &Path) -> i64 {
+    let clone = scratch("bundle-clone");
+    let status = Command::new("git")
+        .args(["clone", "--quiet"])
+        .arg(bundle)
+        .arg(clone.join("db"))
+        .status()
+        .expect("run git clone");
+    assert!(status.success(), "git clone {} failed: not a git bundle", bundle.display());
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(clone.join("db"))
+        .args(["show", "-s", "--format=%ct", "HEAD"])
+        .output()
+        .expect("run git show");
+    let _ = std::fs::remove_dir_all(&clone);
+    let seconds = String::from_utf8_lossy(&output.stdout);
+    seconds.trim().parse().unwrap_or_else(|_| panic!("no commit time in {}: {seconds:?}", bundle.display()))
+}
+
+/// What hack/deny.sh must print of a database committed at `seconds`: its UTC day and its age in whole days. The
+/// age is given as the two values it can have if a day boundary passes between the script and this check.
+fn printed_date(seconds: i64) -> (String, [i64; 2]) {
+    let output = Command::new("date").args(["-u", "-d", &format!("@{seconds}"), "+%F"]).output().expect("run date");
+    let day = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert_eq!(day.len(), 10, "date printed {day:?} for @{seconds}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock after 1970").as_secs()
+        as i64;
+    let age = (now - seconds) / 86400;
+    (format!("RustSec advisory database of {day} ("), [age - 1, age])
+}
+
+fn assert_dated(stderr: &str, (date, ages): &(String, [i64; 2])) {
+    assert!(stderr.contains(date.as_str()), "the database's date is printed as {date:?}:\n{stderr}");
+    assert!(
+        ages.iter().any(|age| stderr.contains(&format!("{date}{age} days old"))),
+        "the database's age ({} days) is printed:\n{stderr}",
+        ages[1]
+    );
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -81,17 +128,18 @@ fn a_repository_without_advisories_is_not_a_database() {
 
 #[test]
 fn the_shared_bundle_is_taken_dated_and_kept() {
+    let bundle = shared_bundle();
+    let expected = printed_date(bundle_commit_time(&bundle));
     let dbs = scratch("bundle");
-    let (output, stderr) = deny(&dbs, Some(&shared_bundle()));
+    let (output, stderr) = deny(&dbs, Some(&bundle));
     assert!(output.status.success(), "the bundle did not pass:\n{stderr}");
     assert!(stderr.contains("cannot reach github.com; taking LRP_ADVISORY_DB"), "{stderr}");
-    assert!(stderr.contains("RustSec advisory database of 2025-02-24 ("), "the database's date is printed:\n{stderr}");
-    assert!(stderr.contains("days old"), "{stderr}");
+    assert_dated(&stderr, &expected);
 
     // The copy now in the cache is taken first, with no bundle named and no GitHub.
     let (output, stderr) = deny(&dbs, None);
     assert!(output.status.success(), "the cached copy did not pass:\n{stderr}");
     assert!(!stderr.contains("cloning it from GitHub"), "{stderr}");
-    assert!(stderr.contains("RustSec advisory database of 2025-02-24 ("), "{stderr}");
+    assert_dated(&stderr, &expected);
     let _ = std::fs::remove_dir_all(&dbs);
 }
