@@ -101,7 +101,7 @@ pub async fn run(args: Args) -> ExitCode {
         }
         None => {}
     }
-    let settings = args.publish.settings();
+    let settings = args.settings();
     let node_plan = args.node_plan.target();
     let kube_proxy = args.kube_proxy.target();
     let listener = match http::bind(args.operation.http_address).await {
@@ -193,6 +193,10 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         config_path: agent.config_path.clone(),
         resync: agent.resync,
         containerd_config: agent.containerd_config.clone(),
+        relay: agent.relay.then(|| crate::agent::relay::RelaySettings {
+            max_connections: usize::try_from(agent.relay_max_connections).unwrap_or(usize::MAX),
+            idle_timeout: agent.relay_idle_timeout,
+        }),
     };
     let listener = match http::bind(agent.http_address).await {
         Ok(listener) => listener,

@@ -31,6 +31,42 @@ pub struct Settings {
     pub take_over: bool,
     /// Distribute the published registry's pull credentials; `None` (the default) does not touch Secrets at all.
     pub pull_secrets: Option<PullSecrets>,
+    /// The registries the cluster admin has every node agent relay on the node's loopback, each at its port
+    /// (`--node-relays`): the published registry among them is published at its relay (see `crate::node::relay`).
+    pub relays: Vec<RelayRule>,
+}
+
+/// A registry Service the cluster admin has relayed on every node's loopback (`127.0.0.1:<port>` and
+/// `[::1]:<port>`), at a port the admin chose: a tenant names neither the registry nor the port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RelayRule {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
+impl std::str::FromStr for RelayRule {
+    type Err = String;
+
+    /// `NAMESPACE/NAME=PORT`.
+    fn from_str(value: &str) -> Result<Self, String> {
+        let rule = "a relay is NAMESPACE/NAME=PORT: a registry Service and the port (1-65535) every node's \
+                    loopback serves it at";
+        let (service, port) = value.trim().split_once('=').ok_or_else(|| format!("{value:?}: {rule}"))?;
+        let (namespace, name) = service.split_once('/').ok_or_else(|| format!("{value:?}: {rule}"))?;
+        if !crate::watching::is_dns_label(namespace) || !crate::watching::is_dns_label(name) {
+            return Err(format!("{value:?}: {namespace:?}/{name:?} is not a Service's namespace/name ({rule})"));
+        }
+        let number = port.parse::<u16>().ok().filter(|n| *n > 0 && !port.starts_with(['0', '+']));
+        let port = number.ok_or_else(|| format!("{value:?}: {port:?} is not a port ({rule})"))?;
+        Ok(Self { namespace: namespace.into(), name: name.into(), port })
+    }
+}
+
+impl std::fmt::Display for RelayRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}={}", self.namespace, self.name, self.port)
+    }
 }
 
 /// Where the published registry's pull credentials go (see [`crate::pull`]).
@@ -72,6 +108,7 @@ impl Default for Settings {
             grace_period: Duration::from_secs(15),
             take_over: false,
             pull_secrets: None,
+            relays: Vec::new(),
         }
     }
 }
@@ -84,6 +121,11 @@ impl Settings {
 
     pub fn watches_namespace(&self, namespace: &str) -> bool {
         self.all_namespaces() || self.watch_namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// The loopback port the admin relays the registry `namespace/name` at, if any.
+    pub fn relay_port(&self, namespace: &str, name: &str) -> Option<u16> {
+        self.relays.iter().find(|rule| rule.namespace == namespace && rule.name == name).map(|rule| rule.port)
     }
 
     /// `namespace/name` of the published ConfigMap.

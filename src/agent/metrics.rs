@@ -33,6 +33,8 @@ pub struct AgentMetrics {
     last_sync: Gauge<f64, AtomicU64>,
     watch_restarts: Counter,
     runtime: Family<StateLabels, Gauge>,
+    /// The loopback relay's own series.
+    pub relay: super::relay::RelayMetrics,
 }
 
 impl AgentMetrics {
@@ -70,6 +72,7 @@ impl AgentMetrics {
              file could not be read or understood), unchecked (nodeAgent.containerdConfig is empty)",
             self.runtime.clone(),
         );
+        self.relay.register(&mut registry);
         registry.register_collector(Box::new(ProcessCollector::start()));
         self.start_at_zero();
         registry
@@ -120,6 +123,10 @@ mod tests {
     use crate::agent::runtime::Reading;
     use crate::node::{HostEntry, NodePlan};
 
+    fn found<'a>(report: &'a Report, runtime: &'a Reading) -> super::super::state::Found<'a> {
+        super::super::state::Found { report, runtime, too_new: None, relays: None, runtime_files: true }
+    }
+
     #[test]
     fn a_pass_is_counted_by_state_and_operation_from_the_nodes_state() {
         let metrics = AgentMetrics::default();
@@ -133,7 +140,7 @@ mod tests {
         };
         let reads = Reading { check: ConfigPathCheck::Reads, ..Reading::UNCHECKED };
         metrics.files_changed(&report);
-        metrics.observed(&super::super::state::derive(&plan, &report, &reads, None));
+        metrics.observed(&super::super::state::derive(&plan, found(&report, &reads)));
         let text = crate::metrics::Metrics::encode(&metrics.registry());
         for line in [
             "local_registry_publisher_node_addresses{state=\"configured\"} 1",
@@ -150,7 +157,7 @@ mod tests {
 
         // containerd reading elsewhere: no address counts as configured, as the node's state says.
         let elsewhere = Reading { check: ConfigPathCheck::Elsewhere, ..Reading::UNCHECKED };
-        metrics.observed(&super::super::state::derive(&plan, &Report::default(), &elsewhere, None));
+        metrics.observed(&super::super::state::derive(&plan, found(&Report::default(), &elsewhere)));
         let text = crate::metrics::Metrics::encode(&metrics.registry());
         assert!(text.contains("local_registry_publisher_node_addresses{state=\"configured\"} 0"), "{text}");
         assert!(text.contains("local_registry_publisher_node_addresses{state=\"unread\"} 3"), "{text}");

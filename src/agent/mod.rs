@@ -7,6 +7,7 @@
 //! ([`crate::node::api::state`]) for `doctor`, and serves /healthz, /readyz and its own /metrics ([`AgentMetrics`]).
 
 mod metrics;
+pub mod relay;
 pub mod runtime;
 mod state;
 mod writer;
@@ -43,8 +44,8 @@ pub struct AgentSettings {
     pub configmap: String,
     /// The node's runtime.
     pub runtime: RuntimeKind,
-    /// Where `config_path` is mounted into the agent.
-    pub config_path_mount: PathBuf,
+    /// Where `config_path` is mounted into the agent (containerd).
+    pub config_path_mount: Option<PathBuf>,
     /// The DaemonSet running this agent: while it exists, a stopping agent leaves its files for the next pod.
     pub daemonset: Option<String>,
     /// The node it runs on, whose NodePullState it keeps; `None` keeps none.
@@ -56,6 +57,8 @@ pub struct AgentSettings {
     pub resync: Duration,
     /// containerd's config file, mounted at its path on the node, to check that containerd reads `config_path`.
     pub containerd_config: Option<PathBuf>,
+    /// Serve the plan's relays on the node's loopback (`--relay`); `None`: the agent does not relay.
+    pub relay: Option<relay::RelaySettings>,
 }
 
 /// What the agent reports through: its probes and its metrics.
@@ -73,18 +76,21 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
-    let placement = Placement {
-        config_path_mount: settings.config_path_mount.clone(),
-        config_path: settings.config_path.clone(),
-        config: settings.containerd_config.clone(),
-    };
     let runtime_version = runtime_version(&client, settings.node_name.as_deref()).await;
-    let node_runtime: Box<dyn NodeRuntime> = match settings.runtime {
-        RuntimeKind::Containerd => {
+    let node_runtime: Box<dyn NodeRuntime> = match (settings.runtime, &settings.config_path_mount) {
+        (RuntimeKind::Containerd, Some(mount)) => {
+            let placement = Placement {
+                config_path_mount: mount.clone(),
+                config_path: settings.config_path.clone(),
+                config: settings.containerd_config.clone(),
+            };
             let owner = Owner::new(&settings.namespace, &settings.configmap);
             Box::new(Containerd::new(placement, owner, runtime_version.as_deref())?)
         }
+        (RuntimeKind::Containerd, None) => return Err("--runtime=containerd needs --config-path-mount".into()),
+        (RuntimeKind::None, _) => Box::new(runtime::Unconfigured),
     };
+    let mut relays = settings.relay.map(|relay| relay::Relays::new(relay, metrics.relay.clone()));
     let node_runtime: &dyn NodeRuntime = node_runtime.as_ref();
     info!(
         configmap = %format!("{}/{}", settings.namespace, settings.configmap),
@@ -153,10 +159,18 @@ pub async fn run(
                 tell_runtime(&found);
                 runtime = found;
             }
-            // One derivation: the object, the Event and the metrics all say this.
-            let derived = state::derive(&applied.plan, &last, &runtime, following.too_new);
+            let relayed = relays.as_mut().map(|relays| relays.apply(&applied.plan.relays));
+            // One derivation: the object, the Events and the metrics all say this.
+            let found = state::Found {
+                report: &last,
+                runtime: &runtime,
+                too_new: following.too_new,
+                relays: relayed.as_deref(),
+                runtime_files: node_runtime.writes_files(),
+            };
+            let derived = state::derive(&applied.plan, found);
             metrics.observed(&derived);
-            told.record(vec![state::Notice { regarding: regarding.clone(), configured: derived.configured.clone() }]);
+            told.record(state::notices(&regarding, &derived));
             let kept = match &mut state {
                 Some(writer) => keep_state(writer, &settings, applied, derived).await,
                 None => true,
@@ -166,6 +180,8 @@ pub async fn run(
         }
     }
     told.finish().await;
+    // Listeners close now, before the clean-up's API calls.
+    drop(relays);
     if let Some(why) = leaving(&client, &settings).await {
         let removed = sync(node_runtime, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
         info!(removed, "{}: this agent's files are removed", safe(&why));
@@ -229,7 +245,7 @@ async fn keep_state(
     applied: &Applied,
     derived: state::Derived,
 ) -> bool {
-    let state::Derived { runtime, addresses, configured } = derived;
+    let state::Derived { runtime, addresses, configured, relays, relay_serving } = derived;
     let found = NodeState {
         node: settings.node_name.clone().unwrap_or_default(),
         agent: Agent {
@@ -245,11 +261,12 @@ async fn keep_state(
         runtime,
         address_count: u32::try_from(addresses.len()).unwrap_or(u32::MAX),
         addresses,
+        relays,
         resync_seconds: settings.resync.as_secs(),
         changed: String::new(),
         conditions: Vec::new(),
     };
-    match writer.keep(found, &configured).await {
+    match writer.keep(found, &configured, relay_serving.as_ref()).await {
         Ok(wrote) => {
             if wrote {
                 info!("this node's state written (NodePullState)");

@@ -9,7 +9,7 @@ use kube::{Client, Resource};
 use serde_json::json;
 
 use crate::keys::MANAGER;
-use crate::node::api::state::{Configured, NodePullState, NodeState};
+use crate::node::api::state::{CONFIGURED, Configured, NodePullState, NodeState, RELAY_SERVING, RelayServing};
 
 /// Keeps the object true to the node's state.
 pub struct StateWriter {
@@ -21,9 +21,9 @@ pub struct StateWriter {
     /// off); looked up once.
     daemonset: Option<String>,
     owner: Option<OwnerReference>,
-    /// What the object holds as far as this agent knows, without its times, and its condition as written.
-    written: Option<(NodeState, Configured)>,
-    condition: Option<Condition>,
+    /// What the object holds as far as this agent knows, without its times, and its conditions as written.
+    written: Option<(NodeState, Configured, Option<RelayServing>)>,
+    conditions: Vec<Condition>,
 }
 
 impl StateWriter {
@@ -37,14 +37,22 @@ impl StateWriter {
             daemonset: daemonset.map(str::to_string),
             owner: None,
             written: None,
-            condition: None,
+            conditions: Vec::new(),
         }
     }
 
-    /// Writes `found` (without its `changed` time and conditions) with `configured` unless that is what was
-    /// written last; `Ok(true)` when it wrote.
-    pub async fn keep(&mut self, found: NodeState, configured: &Configured) -> Result<bool, kube::Error> {
-        if self.written.as_ref().is_some_and(|(state, said)| *state == found && said == configured) {
+    /// Writes `found` (without its `changed` time and conditions) with `configured` and `relay` unless that is
+    /// what was written last; `Ok(true)` when it wrote.
+    pub async fn keep(
+        &mut self,
+        found: NodeState,
+        configured: &Configured,
+        relay: Option<&RelayServing>,
+    ) -> Result<bool, kube::Error> {
+        let unchanged = |(state, said, relayed): &(NodeState, Configured, Option<RelayServing>)| {
+            *state == found && said == configured && relayed.as_ref() == relay
+        };
+        if self.written.as_ref().is_some_and(unchanged) {
             return Ok(false);
         }
         if let (None, Some(name)) = (&self.owner, &self.daemonset) {
@@ -52,10 +60,12 @@ impl StateWriter {
             self.owner = daemonset.controller_owner_ref(&()).map(|owner| OwnerReference { controller: None, ..owner });
         }
         let now = Timestamp::now().round(Unit::Second).unwrap_or_else(|_| Timestamp::now());
-        let condition = configured.condition(self.condition.as_ref(), Time(now));
+        let before = |type_: &str| self.conditions.iter().find(|c| c.type_ == type_);
+        let mut conditions = vec![configured.condition(before(CONFIGURED), Time(now))];
+        conditions.extend(relay.map(|relay| relay.condition(before(RELAY_SERVING), Time(now))));
         let mut status = found.clone();
         status.changed = now.to_string();
-        status.conditions = vec![condition.clone()];
+        status.conditions = conditions.clone();
         let mut metadata = json!({"name": self.name, "namespace": self.namespace});
         if let Some(owner) = &self.owner {
             metadata["ownerReferences"] = json!([owner]);
@@ -67,8 +77,8 @@ impl StateWriter {
             "status": status,
         });
         self.api.patch(&self.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(object)).await?;
-        self.written = Some((found, configured.clone()));
-        self.condition = Some(condition);
+        self.written = Some((found, configured.clone(), relay.cloned()));
+        self.conditions = conditions;
         Ok(true)
     }
 }

@@ -9,6 +9,9 @@ pub enum RuntimeKind {
     /// containerd: a hosts.toml per planned address under its registry config_path.
     #[default]
     Containerd,
+    /// None: the agent writes no runtime configuration and only relays (--relay). For runtimes it does not
+    /// configure (dockerd, a read-only /etc as on Talos): each pulls the relay's loopback addresses by itself.
+    None,
 }
 
 /// What the node agent reads and writes.
@@ -24,9 +27,15 @@ pub struct NodeAgentArgs {
 
     /// Where containerd's registry config_path (its hosts directory, --config-path on the node) is mounted into
     /// the agent: one hosts.toml per planned address is written under it, and only files this agent wrote are ever
-    /// changed or removed.
-    #[arg(long, alias = "hosts-dir", env = "LRP_CONFIG_PATH_MOUNT", value_name = "PATH")]
-    pub config_path_mount: std::path::PathBuf,
+    /// changed or removed. Needed with --runtime=containerd.
+    #[arg(
+        long,
+        alias = "hosts-dir",
+        env = "LRP_CONFIG_PATH_MOUNT",
+        value_name = "PATH",
+        required_if_eq("runtime", "containerd")
+    )]
+    pub config_path_mount: Option<std::path::PathBuf>,
 
     /// The DaemonSet running the agent, in POD_NAMESPACE: an agent that stops while it still exists (a rolling
     /// update, a drain) leaves its files for the next one; once it is gone the agent removes them.
@@ -55,8 +64,34 @@ pub struct NodeAgentArgs {
     #[arg(long, env = "NODE_NAME", value_name = "NAME", value_parser = parse_dns_subdomain)]
     pub node_name: Option<String>,
 
+    /// Serve each registry the node plan relays (the controller's --node-relays) on this node's loopback,
+    /// 127.0.0.1:PORT and [::1]:PORT, relaying every connection to the registry's ClusterIP. The agent must run on
+    /// the node's network (the chart's nodeAgent.relay.enabled sets hostNetwork). It binds loopback only, and only
+    /// the ports the plan names.
+    #[arg(long, env = "LRP_RELAY")]
+    pub relay: bool,
+
+    /// Connections the relay holds open at once, across every relayed registry; one more is closed at once and
+    /// counted (local_registry_publisher_node_relay_refused_connections_total{reason="limit"}). Each holds 32 KiB
+    /// of buffers.
+    #[arg(long, env = "LRP_RELAY_MAX_CONNECTIONS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536), requires = "relay")]
+    pub relay_max_connections: u32,
+
+    /// A relayed connection with no byte either way for this long is closed.
+    #[arg(long, env = "LRP_RELAY_IDLE_TIMEOUT", default_value = "2m", value_parser = parse_idle_timeout, requires = "relay")]
+    pub relay_idle_timeout: Duration,
+
     /// Address serving /healthz (liveness), /readyz (ready once the plan was read) and /metrics (Prometheus: what
-    /// this node's hosts directory holds of the plan).
+    /// this node's hosts directory holds of the plan, and what the relay relayed). With --relay the agent runs on the
+    /// node's network, so this port is the node's: choose one nothing else on the nodes uses.
     #[arg(long, env = "LRP_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
     pub http_address: std::net::SocketAddr,
+}
+
+fn parse_idle_timeout(value: &str) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    if duration.is_zero() {
+        return Err("must be longer than 0 (e.g. 2m)".into());
+    }
+    Ok(duration)
 }

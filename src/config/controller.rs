@@ -156,6 +156,26 @@ pub struct NodePlanArgs {
         requires = "node_plan_configmap"
     )]
     pub node_mirrors: Vec<crate::node::Mirror>,
+
+    /// Registries every node agent serves on its node's loopback, comma-separated NAMESPACE/NAME=PORT: the
+    /// registry Service NAMESPACE/NAME at 127.0.0.1:PORT and [::1]:PORT on every node, each connection relayed to
+    /// its ClusterIP (the agents need --relay). Every runtime pulls loopback over plain HTTP with no file, in every
+    /// kube-proxy mode, so the published registry among them is published there: hostFromContainerRuntime, and
+    /// host where tools run on the node (--node-address localhost). The port is the admin's: no Service chooses
+    /// one. Chart value nodeAgent.relay.registries.
+    #[arg(
+        long,
+        env = "LRP_NODE_RELAYS",
+        value_name = "RELAYS",
+        value_delimiter = ',',
+        requires = "node_plan_configmap",
+        value_parser = parse_relay
+    )]
+    pub node_relays: Vec<crate::settings::RelayRule>,
+}
+
+fn parse_relay(value: &str) -> Result<crate::settings::RelayRule, String> {
+    value.parse()
 }
 
 /// What the controller reads of kube-proxy.
@@ -202,13 +222,24 @@ impl NodePlanArgs {
             rules: crate::node::Rules {
                 allowed_addresses: self.node_allowed_addresses.clone(),
                 mirrors: self.node_mirrors.clone(),
+                relays: self.node_relays.clone(),
             },
         })
     }
 }
 
+impl Args {
+    /// The controller's settings: what it publishes ([`PublishArgs::settings`]) and where the cluster admin relays
+    /// registries on the nodes (`--node-relays`), which changes what is published.
+    pub fn settings(&self) -> Settings {
+        let mut settings = self.publish.settings();
+        settings.relays = self.node_plan.node_relays.clone();
+        settings
+    }
+}
+
 impl PublishArgs {
-    /// The core's settings from the (already validated) flags.
+    /// The core's settings from the (already validated) flags; [`Args::settings`] adds the node relays.
     pub fn settings(&self) -> Settings {
         let mut settings = Settings::default();
         self.source.apply(&mut settings);

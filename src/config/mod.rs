@@ -369,7 +369,7 @@ mod tests {
             let parsed =
                 parse(&["node-agent", plan, mount, on_node, "--containerd-config=/etc/containerd/config.toml"]);
             let Some(Command::NodeAgent { agent, .. }) = parsed.expect(mount).command else { panic!("node-agent") };
-            assert_eq!(agent.config_path_mount, std::path::Path::new("/hosts"), "{mount}");
+            assert_eq!(agent.config_path_mount.as_deref(), Some(std::path::Path::new("/hosts")), "{mount}");
             assert_eq!(agent.config_path.as_deref(), Some("/etc/containerd/certs.d"), "{on_node}");
         }
         // The old spellings stay out of --help.

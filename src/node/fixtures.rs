@@ -26,8 +26,13 @@ pub fn plan_target() -> NodePlanTarget {
 
 /// What the publisher would hand on for this one registry Service.
 pub fn published(service: ServiceBuilder) -> Published {
+    published_with(service, &Settings::default())
+}
+
+/// What the publisher would hand on for this one registry Service, with `settings`.
+pub fn published_with(service: ServiceBuilder, settings: &Settings) -> Published {
     let cluster = Cluster { labelled_services: vec![service.build()], ..Cluster::default() };
-    let registries: Vec<Registry> = allowed_registries(&cluster, &Settings::default());
+    let registries: Vec<Registry> = allowed_registries(&cluster, settings);
     let registry = &registries[0];
     let document = registry.document.as_ref().expect("publishable");
     Published::of(registry, document)

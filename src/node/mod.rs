@@ -9,6 +9,7 @@
 pub mod api;
 pub mod coverage;
 pub mod mirror;
+pub mod relay;
 pub mod trust;
 mod watched;
 
@@ -22,7 +23,7 @@ use crate::hosting::address::Host;
 use crate::keys::service::CA_BUNDLE;
 use crate::publish::Published;
 use crate::watching::{WatchKey, is_object_name};
-pub use api::{Endpoint, HostEntry, NodePlan, PLAN_FORMAT, PLAN_KEY};
+pub use api::{Endpoint, HostEntry, NodePlan, PLAN_FORMAT, PLAN_KEY, RelayEntry};
 pub use mirror::{Mirror, MirrorProblem};
 pub use trust::{AddressPattern, Refusal};
 pub(crate) use watched::node_watch_sets;
@@ -67,6 +68,8 @@ impl std::fmt::Display for NodePlanTarget {
 pub struct Rules {
     pub allowed_addresses: Vec<AddressPattern>,
     pub mirrors: Vec<Mirror>,
+    /// The registries every node's agent relays on its loopback, each at the port the admin chose.
+    pub relays: Vec<crate::settings::RelayRule>,
 }
 
 /// The node concern's whole decision about the published registry.
@@ -79,6 +82,8 @@ pub struct Decision {
     pub refused: Vec<(String, Refusal)>,
     /// Why a mirror gets no node file (see [`mirror::entries`]).
     pub mirror_problems: Vec<MirrorProblem>,
+    /// Why the published registry, which the cluster admin relays, gets no relay (see [`relay::problem`]).
+    pub relay_problem: Option<relay::RelayProblem>,
 }
 
 impl Decision {
@@ -106,7 +111,8 @@ impl Decision {
             let said: Vec<String> = self.mirror_problems.iter().map(ToString::to_string).collect();
             (Reason::MirrorUnusable, format!("each node pulls these upstreams directly: {}", said.join("; ")))
         });
-        let on_registry = [ca, refused]
+        let relay = self.relay_problem.as_ref().map(|problem| (Reason::RelayUnusable, problem.to_string()));
+        let on_registry = [ca, refused, relay]
             .into_iter()
             .flatten()
             .filter_map(|(reason, message)| Some(Notice { regarding: registry?.clone(), reason, message }));
@@ -132,13 +138,14 @@ pub fn plan(
     let Some(published) = published else {
         return Default::default();
     };
+    let relays: Vec<RelayEntry> = relay::entry(published).into_iter().collect();
     let (tls, ca) = match (published.ports.tls, ca) {
         (false, _) => (false, None),
         (true, Some(ca)) => (true, Some(ca.to_string())),
-        (true, None) => return Default::default(),
+        (true, None) => return (NodePlan::with_relays(Vec::new(), relays), Vec::new()),
     };
     let Some(endpoint) = authority(published).and_then(|authority| Endpoint::new(tls, &authority).ok()) else {
-        return Default::default();
+        return (NodePlan::with_relays(Vec::new(), relays), Vec::new());
     };
     let document = &published.document;
     let mut hosts = Vec::new();
@@ -146,6 +153,10 @@ pub fn plan(
     let addresses = Field::ALL.into_iter().filter(|field| field.is_address()).filter_map(|field| document.get(field));
     for address in addresses {
         let node_port = published.ports.node;
+        // The relay serves its own addresses on every node: no file stands in for it.
+        if relay::serves(address, published.ports.relay) {
+            continue;
+        }
         if ca.is_none()
             && served_on_node_loopback(address, node_port)
             && served_on_node_loopback(endpoint.authority(), node_port)
@@ -166,7 +177,7 @@ pub fn plan(
     hosts.dedup();
     refused.sort_by(|a, b| a.0.cmp(&b.0));
     refused.dedup();
-    (NodePlan::of(hosts), refused)
+    (NodePlan::with_relays(hosts, relays), refused)
 }
 
 /// Whether the plan for `published` maps `address` to an endpoint a node reaches, so the node agent's file stands
@@ -193,7 +204,14 @@ pub fn decide(published: Option<&Published>, observed: &Observed, rules: &Rules)
     refused.sort_by(|a, b| a.0.cmp(&b.0));
     hosts.extend(mirrors);
     hosts.sort();
-    Decision { plan: NodePlan::of(hosts), ca_problem: ca.err(), refused, mirror_problems }
+    let relay_problem = published.and_then(|published| relay::problem(published, &rules.relays));
+    Decision {
+        plan: NodePlan::with_relays(hosts, registry.relays),
+        ca_problem: ca.err(),
+        refused,
+        mirror_problems,
+        relay_problem,
+    }
 }
 
 /// Where (`host:port`) a node reaches the registry without cluster DNS: an ExternalName's target, else the
@@ -373,6 +391,8 @@ pub enum Reason {
     MirrorUnusable,
     /// A published address on a node's loopback at the registry's nodePort that kube-proxy's mode does not serve.
     LoopbackNodePortUnserved,
+    /// The published registry is one the cluster admin relays, but it has nothing the agents can relay to.
+    RelayUnusable,
 }
 
 impl Reason {
@@ -382,6 +402,7 @@ impl Reason {
             Reason::AddressNotAllowed => "AddressNotAllowed",
             Reason::MirrorUnusable => "MirrorUnusable",
             Reason::LoopbackNodePortUnserved => "LoopbackNodePortUnserved",
+            Reason::RelayUnusable => "RelayUnusable",
         }
     }
 }

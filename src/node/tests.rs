@@ -293,6 +293,7 @@ fn the_admins_mirrors_are_planned_with_or_without_a_registry_and_take_their_upst
     let rules = |allowed: &[&str]| Rules {
         allowed_addresses: allowing(allowed),
         mirrors: vec!["docker.io=service:cache/docker-hub:5000".parse().expect("a mirror")],
+        relays: Vec::new(),
     };
     let cache = WatchKey::in_namespace("cache").named("docker-hub");
     assert_eq!(interest(None, &rules(&[])).mirror_services, [cache.clone()].into());
@@ -342,6 +343,7 @@ fn each_problem_is_one_notice_worded_once_on_the_object_it_is_about() {
         ca_problem: Some(CaProblem::Missing(source)),
         refused: vec![("quay.io".into(), Refusal::NotAllowed), ("ghcr.io".into(), Refusal::NotAllowed)],
         mirror_problems: vec![MirrorProblem { mirror, fault: mirror::MirrorFault::NoPort(5000) }],
+        relay_problem: None,
     };
     let told = decision.notices(Some(&registry), &plan);
     let said: Vec<(Reason, &str, &str)> =

@@ -27,7 +27,13 @@ pub fn registry(credentials: Option<&str>) -> Published {
             ..LocalRegistryHostingV1::default()
         },
         wiring: Wiring { pull_secret: credentials.map(String::from), ..Wiring::default() },
-        ports: crate::registry::Ports { service: Some(5000), node: Some(30500), host_port: false, tls: false },
+        ports: crate::registry::Ports {
+            service: Some(5000),
+            node: Some(30500),
+            host_port: false,
+            tls: false,
+            relay: None,
+        },
         own_addresses: Vec::new(),
     }
 }

@@ -132,6 +132,9 @@ pub struct Ports {
     /// The Service port says it serves TLS (see `values::serves_tls`); otherwise the registry is taken to speak
     /// plain HTTP, as local registries do.
     pub tls: bool,
+    /// The port every node's agent relays the registry at on the node's loopback, when the cluster admin gave it
+    /// one (`Settings::relays`) and it has a ClusterIP to relay to.
+    pub relay: Option<u16>,
 }
 
 /// A registry Service in an allowed namespace, and what it would publish.

@@ -27,11 +27,14 @@ pub(super) fn derive(service: &Arc<Service>, origin: Origin, index: &Index, sett
         },
     };
     let port = registry_port(service, &origin);
-    let ports = match &port {
+    let wiring = wiring(service);
+    let mut ports = match &port {
         Ok(port) => ports(service, *port, &origin, index),
         Err(_) => Ports::default(),
     };
-    let wiring = wiring(service);
+    // The agents relay to the ClusterIP: a headless or ExternalName Service has none (the node concern says so).
+    let relayable = wiring.cluster_ip.is_some() && wiring.external_name.is_none() && ports.service.is_some();
+    ports.relay = settings.relay_port(&id.namespace, &id.name).filter(|_| relayable);
     let unannotated = unannotated(service, &wiring, &id, &origin, ports, index, settings);
     let own_addresses = own_addresses(&wiring, &id, ports, &unannotated, settings);
     let document = match (priority_problem, port) {
@@ -74,8 +77,10 @@ fn document(
     settings: &Settings,
 ) -> Result<LocalRegistryHostingV1, Problem> {
     let host = overridden(service, Field::Host, unannotated.host)?;
-    // The node's runtime reaches a hostPort or nodePort on its own loopback, whatever tools outside use.
-    let runtime = ports.node.map(|port| format!("localhost:{port}")).and_then(|runtime| {
+    // The node's runtime reaches the agents' relay, else a hostPort or nodePort, on its own loopback, whatever tools
+    // outside use: the relay serves in every kube-proxy mode, on IPv6 too, and on every node.
+    let loopback_port = ports.relay.map(i32::from).or(ports.node);
+    let runtime = loopback_port.map(|port| format!("localhost:{port}")).and_then(|runtime| {
         if Some(&runtime) == host.as_ref() {
             // Readers fall back to host; leaving the duplicate out keeps "localhost:" off every line but host's.
             None
@@ -127,10 +132,15 @@ fn unannotated(
         service.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref()).and_then(
             |ingress| preferred_address(ingress.iter().filter_map(|i| i.ip.as_deref().or(i.hostname.as_deref()))),
         );
-    let host = match (load_balancer, ports.node) {
-        (Some(address), _) => Some(with_port(&address, service_port)),
-        (None, Some(port)) => node_address(id, origin, index, settings).map(|address| with_port(&address, Some(port))),
-        (None, None) => None,
+    // Tools reach the node's loopback when they run on the node (`--node-address localhost`, not minikube's).
+    let tools_on_node = !needs_node_address(origin, settings) && settings.node_address == NodeAddress::Localhost;
+    let host = match (load_balancer, ports.relay, ports.node) {
+        (Some(address), _, _) => Some(with_port(&address, service_port)),
+        (None, Some(relay), _) if tools_on_node => Some(format!("localhost:{relay}")),
+        (None, _, Some(port)) => {
+            node_address(id, origin, index, settings).map(|address| with_port(&address, Some(port)))
+        }
+        (None, _, None) => None,
     };
     Unannotated { host, cluster_network, external: external_name.is_some() }
 }
@@ -246,6 +256,7 @@ fn ports(service: &Service, port: Option<&ServicePort>, origin: &Origin, index: 
         node: host_port.or(node_port),
         host_port: host_port.is_some(),
         tls: port.is_some_and(serves_tls),
+        relay: None,
     }
 }
 

@@ -186,6 +186,33 @@ UPSTREAM=ENDPOINT; fails on an entry with neither or both, and on a second mirro
 {{- join "," $mirrors -}}
 {{- end -}}
 
+{{/* The registries the agents relay, as --node-relays takes them (NAMESPACE/NAME=PORT,...): one port and one entry
+per registry, the agents' own port excluded; empty unless nodeAgent.relay.enabled. */}}
+{{- define "lrp.nodeRelays" -}}
+{{- if .Values.nodeAgent.relay.enabled }}
+{{- $relays := list -}}
+{{- $ports := list -}}
+{{- $services := list -}}
+{{- range .Values.nodeAgent.relay.registries }}
+{{- $service := printf "%s/%s" .service.namespace .service.name -}}
+{{- $port := int .port -}}
+{{- if has $service $services }}
+{{- fail (printf "nodeAgent.relay.registries: %s is relayed twice; one port per registry" $service) }}
+{{- end }}
+{{- if has $port $ports }}
+{{- fail (printf "nodeAgent.relay.registries: port %d is given to two registries; one registry per port" $port) }}
+{{- end }}
+{{- if eq $port (int $.Values.nodeAgent.httpPort) }}
+{{- fail (printf "nodeAgent.relay.registries: port %d of %s is nodeAgent.httpPort, the agents' own port on every node" $port $service) }}
+{{- end }}
+{{- $services = append $services $service -}}
+{{- $ports = append $ports $port -}}
+{{- $relays = append $relays (printf "%s=%d" $service $port) -}}
+{{- end }}
+{{- join "," $relays -}}
+{{- end }}
+{{- end -}}
+
 {{/* What the ServiceMonitor's and the PodMonitor's endpoints share besides the interval. */}}
 {{- define "lrp.scrapeSettings" -}}
 {{- with .Values.serviceMonitor.scrapeTimeout }}

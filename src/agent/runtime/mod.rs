@@ -23,6 +23,32 @@ pub trait NodeRuntime: Send + Sync {
     fn check(&self) -> Reading;
     /// Where it writes, for the log.
     fn location(&self) -> String;
+    /// Whether it writes the runtime's configuration at all ([`Unconfigured`] does not).
+    fn writes_files(&self) -> bool {
+        true
+    }
+}
+
+/// `--runtime=none`: the agent writes nothing the runtime reads and only relays, for a runtime it does not configure
+/// (dockerd, a read-only /etc as on Talos). Every pass finds nothing, and the node's state says so.
+pub struct Unconfigured;
+
+impl NodeRuntime for Unconfigured {
+    fn apply(&self, _: &NodePlan) -> io::Result<Report> {
+        Ok(Report::default())
+    }
+
+    fn check(&self) -> Reading {
+        Reading::UNCHECKED
+    }
+
+    fn location(&self) -> String {
+        "nowhere (--runtime=none)".into()
+    }
+
+    fn writes_files(&self) -> bool {
+        false
+    }
 }
 
 /// What one pass did, each list by address.

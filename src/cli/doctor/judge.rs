@@ -389,7 +389,7 @@ pub fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()
     for pod in running {
         let argv = std::iter::once(keys::MANAGER.to_string()).chain(pod.args.iter().cloned());
         let Ok(parsed) = crate::config::Args::try_parse_from(argv) else { continue };
-        let settings = parsed.publish.settings();
+        let settings = parsed.settings();
         // Its node plan lives in its own namespace, not in this command's.
         let mut node_plan = parsed.node_plan.target();
         if let Some(target) = &mut node_plan {

@@ -6,4 +6,4 @@
 pub mod plan;
 pub mod state;
 
-pub use plan::{Endpoint, HostEntry, NodePlan, PLAN_FORMAT, PLAN_KEY};
+pub use plan::{Endpoint, HostEntry, NodePlan, PLAN_FORMAT, PLAN_KEY, RelayEntry};

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 pub const PLAN_KEY: &str = "plan.json";
 /// The newest plan format this build writes and reads. A plan of a newer format is refused whole by an older agent,
 /// which then touches nothing: a field it does not know could change what a file must say. A plan is written in the
-/// oldest format that holds it (2 only with a mirror's fallback `server`), so an agent one release behind keeps
-/// working until a feature it lacks is used.
-pub const PLAN_FORMAT: u32 = 2;
+/// oldest format that holds it (2 with a mirror's fallback `server`, 3 with a relay), so an agent one release behind
+/// keeps working until a feature it lacks is used.
+pub const PLAN_FORMAT: u32 = 3;
 
 /// What every node's runtime needs to pull each published address.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +22,22 @@ pub struct NodePlan {
     pub format: u32,
     /// One entry per address, sorted by address.
     pub hosts: Vec<HostEntry>,
+    /// What every node's agent relays on the node's loopback, sorted by port (format 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relays: Vec<RelayEntry>,
+}
+
+/// A registry every node's agent serves on the node's loopback, `127.0.0.1:<port>` and `[::1]:<port>`, relaying
+/// each connection's bytes to the registry's ClusterIP as they are (TLS passes through; the agent reads no payload
+/// and holds no credential). The port is the cluster admin's; the target is the Service's own ClusterIP.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RelayEntry {
+    /// The loopback port.
+    pub port: u16,
+    /// The registry's Service, `namespace/name`: what the agent's metrics and messages name.
+    pub registry: String,
+    /// Where each connection is relayed to: the Service's ClusterIP and port.
+    pub target: std::net::SocketAddr,
 }
 
 impl Default for NodePlan {
@@ -149,8 +165,19 @@ impl From<Endpoint> for String {
 impl NodePlan {
     /// The plan of `hosts` (sorted), in the oldest format that holds them.
     pub fn of(hosts: Vec<HostEntry>) -> Self {
-        let format = if hosts.iter().any(|entry| entry.server.is_some()) { 2 } else { 1 };
-        Self { format, hosts }
+        Self::with_relays(hosts, Vec::new())
+    }
+
+    /// The plan of `hosts` and `relays` (each sorted), in the oldest format that holds them.
+    pub fn with_relays(hosts: Vec<HostEntry>, relays: Vec<RelayEntry>) -> Self {
+        let format = if !relays.is_empty() {
+            3
+        } else if hosts.iter().any(|entry| entry.server.is_some()) {
+            2
+        } else {
+            1
+        };
+        Self { format, hosts, relays }
     }
 
     /// The plan as its ConfigMap holds it.
@@ -198,5 +225,29 @@ mod tests {
         let read = NodePlan::from_json(plan).expect("a plan");
         assert_eq!(read.hosts[0].endpoint, Endpoint::new(false, "h:5000").expect("an endpoint"));
         assert!(read.to_json().contains("\"endpoint\": \"http://h:5000\""), "it is written as the URL");
+        assert!(!read.to_json().contains("relays"), "a plan without relays says nothing of them");
+    }
+
+    #[test]
+    fn a_plan_is_written_in_the_oldest_format_that_holds_it() {
+        let relay =
+            RelayEntry { port: 5000, registry: "r/registry".into(), target: "10.96.0.12:5000".parse().unwrap() };
+        assert_eq!(NodePlan::of(vec![HostEntry::plain("a:1", "http://h:1")]).format, 1);
+        let mirror = HostEntry { server: Some("https://a:1".into()), ..HostEntry::plain("a:1", "http://h:1") };
+        assert_eq!(NodePlan::of(vec![mirror.clone()]).format, 2);
+        let relayed = NodePlan::with_relays(vec![mirror], vec![relay.clone()]);
+        assert_eq!(relayed.format, 3);
+        assert!(relayed.format <= PLAN_FORMAT, "this build reads every format it writes");
+        let text = relayed.to_json();
+        assert!(text.contains("\"target\": \"10.96.0.12:5000\""), "{text}");
+        assert_eq!(NodePlan::from_json(&text).expect("reads back"), relayed);
+        let bad = r#"{"format": 3, "hosts": [], "relays": [{"port": 5000, "registry": "r/r", "target": "h:5000"}]}"#;
+        assert!(NodePlan::from_json(bad).is_err(), "a relay's target is an IP address and port, never a name");
+        let ipv6 =
+            r#"{"format": 3, "hosts": [], "relays": [{"port": 1, "registry": "r/r", "target": "[fd00::12]:5000"}]}"#;
+        assert!(NodePlan::from_json(ipv6).is_ok());
+        let zero =
+            r#"{"format": 3, "hosts": [], "relays": [{"port": 70000, "registry": "r/r", "target": "1.2.3.4:5"}]}"#;
+        assert!(NodePlan::from_json(zero).is_err(), "a port is 16 bits");
     }
 }

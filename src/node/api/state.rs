@@ -9,7 +9,7 @@
 //! The state is all `status`, and has no status subresource: the agent writes its object whole, in one request
 //! that also creates it on a node's first pass.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, JSONSchemaProps};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name": "Configured", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Configured\")].status"}"#,
     printcolumn = r#"{"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Configured\")].reason"}"#,
     printcolumn = r#"{"name": "Addresses", "type": "integer", "description": "Planned addresses on the node", "jsonPath": ".status.addressCount"}"#,
+    printcolumn = r#"{"name": "Relay", "type": "string", "description": "Whether the loopback relay serves (RelayServing)", "jsonPath": ".status.conditions[?(@.type==\"RelayServing\")].status"}"#,
     printcolumn = r#"{"name": "Agent", "type": "string", "jsonPath": ".status.agent.pod"}"#,
     printcolumn = r#"{"name": "Changed", "type": "date", "description": "When the agent last found something different", "jsonPath": ".status.changed"}"#
 )]
@@ -36,6 +37,9 @@ pub struct NodePullStateFields {}
 
 /// The condition `kubectl wait --for=condition=Configured nodepullstate/<node>` waits on.
 pub const CONFIGURED: &str = "Configured";
+/// The condition `kubectl wait --for=condition=RelayServing nodepullstate/<node>` waits on: present when the agent
+/// relays (`nodeAgent.relay.enabled`) or the plan asks it to.
+pub const RELAY_SERVING: &str = "RelayServing";
 
 /// What one agent found on its node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -48,6 +52,9 @@ pub struct NodeState {
     pub runtime: Runtime,
     /// One per planned address, sorted by address.
     pub addresses: Vec<Address>,
+    /// One per registry the plan relays on the node's loopback, sorted by port.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub relays: Vec<Relay>,
     /// How many addresses the plan names (for `kubectl get`'s column).
     pub address_count: u32,
     /// How often the agent passes over its directory; it is unready after [`STALE_AFTER_RESYNCS`] without one.
@@ -56,7 +63,9 @@ pub struct NodeState {
     pub changed: String,
     /// `Configured`: True when every planned address is configured and read by the node's runtime, else False
     /// with the first trouble as its reason (PlanTooNew, ConfigPathMismatch, HostsFileFailed, ForeignHostsFile)
-    /// and every trouble in its message.
+    /// and every trouble in its message. `RelayServing` (when the agent relays or the plan asks it to): True when
+    /// every planned relay listens on the node's loopback (RelayServing, NothingToRelay), else False (RelayOff,
+    /// RelayPortTaken, RelayListenFailed).
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
 }
@@ -149,6 +158,69 @@ pub struct Address {
     pub message: Option<String>,
 }
 
+/// A registry the agent relays on the node's loopback.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Relay {
+    /// The loopback port, the cluster admin's.
+    pub port: u16,
+    /// The registry's Service, `namespace/name`.
+    pub registry: String,
+    /// Where each connection goes: the Service's ClusterIP and port.
+    pub target: String,
+    /// One per loopback address: `127.0.0.1:<port>` and `[::1]:<port>`.
+    pub listeners: Vec<Listener>,
+}
+
+/// One loopback address of a relay.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Listener {
+    /// `127.0.0.1:<port>` or `[::1]:<port>`.
+    pub address: String,
+    pub state: ListenerState,
+    /// Why it does not listen, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Whether the relay listens at a loopback address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ListenerState {
+    /// It listens.
+    Serving,
+    /// Another process on the node holds the address: the agent binds it as soon as it is free.
+    Taken,
+    /// The node has no such address (no IPv6 loopback): nothing to serve there.
+    Unavailable,
+    /// Binding failed for another reason, in its message.
+    Failed,
+    /// The agent does not relay (`nodeAgent.relay.enabled` is off).
+    #[default]
+    Off,
+}
+
+impl ListenerState {
+    pub const ALL: [ListenerState; 5] = [
+        ListenerState::Serving,
+        ListenerState::Taken,
+        ListenerState::Unavailable,
+        ListenerState::Failed,
+        ListenerState::Off,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerState::Serving => "serving",
+            ListenerState::Taken => "taken",
+            ListenerState::Unavailable => "unavailable",
+            ListenerState::Failed => "failed",
+            ListenerState::Off => "off",
+        }
+    }
+}
+
 /// What a planned address is on this node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -182,6 +254,8 @@ impl Verdict {
 pub enum ConfiguredReason {
     /// Every planned address is configured (or none needs a file).
     HostsConfigured,
+    /// The agent writes no runtime configuration (`--runtime=none`): it only relays.
+    RuntimeNotConfigured,
     /// The node plan is of a newer format than the agent knows: not applied, the last one stays in force.
     PlanTooNew,
     /// The node's runtime reads another directory than the one the agent writes into.
@@ -196,10 +270,38 @@ impl ConfiguredReason {
     pub fn as_str(self) -> &'static str {
         match self {
             ConfiguredReason::HostsConfigured => "HostsConfigured",
+            ConfiguredReason::RuntimeNotConfigured => "RuntimeNotConfigured",
             ConfiguredReason::PlanTooNew => "PlanTooNew",
             ConfiguredReason::ConfigPathMismatch => "ConfigPathMismatch",
             ConfiguredReason::HostsFileFailed => "HostsFileFailed",
             ConfiguredReason::ForeignHostsFile => "ForeignHostsFile",
+        }
+    }
+}
+
+/// Why the relay does or does not serve on the node: the `RelayServing` condition's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RelayReason {
+    /// Every planned relay listens on every loopback address the node has.
+    RelayServing,
+    /// The agent relays, but the plan relays nothing (no registry the admin relays is published).
+    NothingToRelay,
+    /// The plan relays a registry, but this agent was started without `--relay` (`nodeAgent.relay.enabled`).
+    RelayOff,
+    /// Another process on the node holds a relay's port.
+    RelayPortTaken,
+    /// A relay's port could not be bound for another reason.
+    RelayListenFailed,
+}
+
+impl RelayReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelayReason::RelayServing => "RelayServing",
+            RelayReason::NothingToRelay => "NothingToRelay",
+            RelayReason::RelayOff => "RelayOff",
+            RelayReason::RelayPortTaken => "RelayPortTaken",
+            RelayReason::RelayListenFailed => "RelayListenFailed",
         }
     }
 }
@@ -218,17 +320,43 @@ pub struct Configured {
 impl Configured {
     /// The condition as the object holds it, its transition time kept from `before` while its status is the same.
     pub fn condition(&self, before: Option<&Condition>, now: Time) -> Condition {
-        let status = if self.configured { "True" } else { "False" };
-        let last_transition_time =
-            before.filter(|c| c.status == status).map_or(now, |c| c.last_transition_time.clone());
-        Condition {
-            type_: CONFIGURED.into(),
-            status: status.into(),
-            reason: self.reason.as_str().into(),
-            message: self.message.clone(),
-            last_transition_time,
-            observed_generation: None,
-        }
+        condition(CONFIGURED, self.configured, self.reason.as_str(), &self.message, before, now)
+    }
+}
+
+/// The node's `RelayServing` condition as the agent derives it, like [`Configured`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayServing {
+    pub serving: bool,
+    /// The first trouble, by [`RelayReason`]'s order.
+    pub reason: RelayReason,
+    pub message: String,
+}
+
+impl RelayServing {
+    pub fn condition(&self, before: Option<&Condition>, now: Time) -> Condition {
+        condition(RELAY_SERVING, self.serving, self.reason.as_str(), &self.message, before, now)
+    }
+}
+
+/// A condition of `type_`, its transition time kept from `before` while its status is the same.
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    before: Option<&Condition>,
+    now: Time,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let last_transition_time = before.filter(|c| c.status == status).map_or(now, |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time,
+        observed_generation: None,
     }
 }
 
@@ -236,6 +364,11 @@ impl NodeState {
     /// The `Configured` condition, when the agent has written one.
     pub fn configured(&self) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == CONFIGURED)
+    }
+
+    /// The `RelayServing` condition, when the agent has written one.
+    pub fn relay_serving(&self) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == RELAY_SERVING)
     }
 }
 
@@ -266,9 +399,34 @@ pub fn crd() -> CustomResourceDefinition {
     let mut crd = <NodePullState as kube::CustomResourceExt>::crd();
     for version in &mut crd.spec.versions {
         version.subresources = None;
+        if let Some(validation) = &mut version.schema
+            && let Some(schema) = validation.open_api_v3_schema.take()
+        {
+            validation.open_api_v3_schema = Some(known_formats_only(schema));
+        }
     }
     crd.metadata.labels = Some([("app.kubernetes.io/part-of".to_string(), crate::keys::MANAGER.to_string())].into());
     crd
+}
+
+/// The schema without the formats the API server does not know (schemars' `uint16`, `uint32`, `uint64`, which it
+/// warns about at every install): their `minimum` and `maximum` say the same and are kept.
+fn known_formats_only(schema: JSONSchemaProps) -> JSONSchemaProps {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.get("format").and_then(|f| f.as_str()).is_some_and(|f| f.starts_with("uint")) {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&schema) else { return schema };
+    strip(&mut value);
+    serde_json::from_value(value).unwrap_or(schema)
 }
 
 /// The chart's CRD file (`crds/nodepullstates.yaml`): a comment, then [`crd`].
@@ -314,12 +472,22 @@ mod tests {
         let version = &crd.spec.versions[0];
         assert!(version.subresources.is_none(), "the agent writes its object whole, in one request");
         let columns: Vec<&str> = version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-        assert_eq!(columns, ["Configured", "Reason", "Addresses", "Agent", "Changed"]);
+        assert_eq!(columns, ["Configured", "Reason", "Addresses", "Relay", "Agent", "Changed"]);
         let schema = serde_json::to_value(&version.schema).expect("schema");
         let status = &schema["openAPIV3Schema"]["properties"]["status"]["properties"];
         assert_eq!(status["runtime"]["properties"]["configPathCheck"]["enum"].as_array().map(Vec::len), Some(4));
         assert_eq!(status["addresses"]["items"]["properties"]["verdict"]["enum"].as_array().map(Vec::len), Some(4));
         assert_eq!(status["conditions"]["x-kubernetes-list-map-keys"][0], "type");
+        assert_eq!(
+            status["relays"]["items"]["properties"]["listeners"]["items"]["properties"]["state"]["enum"]
+                .as_array()
+                .map(Vec::len),
+            Some(5)
+        );
+        // The API server warns at every install about a format it does not know (schemars' uint32, uint64).
+        let text = schema.to_string();
+        assert!(!text.contains("\"uint"), "a format the API server does not know: {text}");
+        assert_eq!(status["relays"]["items"]["properties"]["port"]["maximum"], 65535.0, "the bound stays");
     }
 
     #[test]
