@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "two_nodes/relay.rs"]
+mod relay;
+
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;

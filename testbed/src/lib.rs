@@ -190,6 +190,9 @@ impl ControlPlane {
         let second_network = (options.real_node && options.second_node)
             .then(|| node::HostNetwork::create(&dir, second, Some(api_ip)))
             .transpose()?;
+        if let (Some(first_network), Some(second_network)) = (&network, &second_network) {
+            first_network.link(first.pod_subnet(), second_network, second.pod_subnet())?;
+        }
         let pki = pki::write(&dir.join("pki"), api_ip)?;
         let [etcd_port, etcd_peer_port, api_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
         let server = format!("https://{api_ip}:{api_port}");

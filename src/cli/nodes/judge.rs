@@ -104,7 +104,9 @@ fn judge(
              pulls the published addresses as they are",
             keys::service::CA_BUNDLE
         ));
-        return true;
+        if plan.relays.is_empty() {
+            return true;
+        }
     }
     // A refusal is the admin's rule at work, not a fault: told, without failing the exit status.
     for notice in told(Reason::AddressNotAllowed) {
@@ -120,9 +122,21 @@ fn judge(
     for notice in told(Reason::MirrorUnusable) {
         section.say(format!("  {}", notice.message));
     }
-    if plan.hosts.is_empty() {
+    let relay_usable = told(Reason::RelayUnusable).next().is_none();
+    for notice in told(Reason::RelayUnusable) {
+        section.say(format!("  {}", notice.message));
+    }
+    for relay in &plan.relays {
+        section.say(format!(
+            "  {} is relayed on every node's loopback, 127.0.0.1:{port} and [::1]:{port}, to {}",
+            relay.registry,
+            relay.target,
+            port = relay.port
+        ));
+    }
+    if plan.hosts.is_empty() && plan.relays.is_empty() {
         section.say("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
-        return mirrors_usable;
+        return mirrors_usable && relay_usable;
     }
     for entry in &plan.hosts {
         section.say(match &entry.server {
@@ -168,7 +182,7 @@ fn judge(
             &[]
         }
     };
-    let mut well = mirrors_usable;
+    let mut well = mirrors_usable && relay_usable;
     let mut covered = 0;
     for node in nodes {
         let name = node.name_any();

@@ -33,7 +33,9 @@ pub async fn report(
     let decided = gather::decision(client, published, kept, agents).await;
     // The agents are read only where the plan gives them something to write.
     let found = match (agents, &decided) {
-        (Some(agents), Ok(decision)) if !decision.plan.hosts.is_empty() => Some(gather::agents(client, agents).await),
+        (Some(agents), Ok(decision)) if !(decision.plan.hosts.is_empty() && decision.plan.relays.is_empty()) => {
+            Some(gather::agents(client, agents).await)
+        }
         _ => None,
     };
     // kube-proxy's mode matters only where the runtime pulls the node's loopback at the nodePort.

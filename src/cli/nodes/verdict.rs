@@ -60,8 +60,15 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
     }
-    if let Some(why) = unsupported(runtime(found.node)) {
-        return Line::NotCovered(why);
+    // Another runtime reads none of containerd's files, but dockerd and CRI-O pull the relay's loopback addresses
+    // all the same; one not known to (a simulated or virtual node's) is told, not judged.
+    let other_runtime = unsupported(runtime(found.node));
+    let pulls_loopback =
+        ["containerd", "docker", "cri-o"].iter().any(|r| runtime(found.node).starts_with(&format!("{r}://")));
+    if let Some(why) = &other_runtime
+        && (plan.relays.is_empty() || !pulls_loopback)
+    {
+        return Line::NotCovered(why.clone());
     }
     let Some(pod) = found.pod else {
         return Line::Wrong("no node agent pod runs here yet, though its DaemonSet covers this node".into());
@@ -88,10 +95,61 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
             state.agent.pod
         ));
     }
-    match verdict(plan, state) {
-        Ok(said) => Line::Configured(said),
-        Err(said) => Line::Wrong(said),
+    let files = match (writes_no_files(state), other_runtime) {
+        (true, _) => Ok(format!("{name} writes no runtime configuration (nodeAgent.runtime none)")),
+        (false, Some(why)) => Ok(why),
+        (false, None) => verdict(plan, state),
+    };
+    match (files, relay_verdict(plan, state)) {
+        (Ok(files), Ok(None)) => Line::Configured(files),
+        (Ok(files), Ok(Some(relayed))) => Line::Configured(format!("{files}; {relayed}")),
+        (Err(files), Ok(_)) => Line::Wrong(files),
+        (Ok(_), Err(relay)) => Line::Wrong(relay),
+        (Err(files), Err(relay)) => Line::Wrong(format!("{files}; {relay}")),
     }
+}
+
+/// Whether the agent says it writes no runtime configuration (`--runtime=none`): its addresses are not judged.
+fn writes_no_files(state: &NodeState) -> bool {
+    let reason = crate::node::api::state::ConfiguredReason::RuntimeNotConfigured.as_str();
+    state.configured().is_some_and(|c| c.reason == reason)
+}
+
+/// The plan's relays as the node's state says they serve: `Ok(None)` when the plan relays nothing, `Ok` what serves,
+/// `Err` what does not, in the agent's words, with the fix.
+fn relay_verdict(plan: &NodePlan, state: &NodeState) -> Result<Option<String>, String> {
+    if plan.relays.is_empty() {
+        return Ok(None);
+    }
+    for entry in &plan.relays {
+        let applied =
+            state.relays.iter().any(|relay| relay.port == entry.port && relay.target == entry.target.to_string());
+        if !applied {
+            return Err(format!(
+                "the relay of {} at port {} is not in what its agent applied yet (agent {})",
+                entry.registry, entry.port, state.agent.pod
+            ));
+        }
+    }
+    let Some(condition) = state.relay_serving() else {
+        return Err(format!(
+            "its agent {} says nothing of the relay: an agent older than the controller (upgrade its image)",
+            state.agent.pod
+        ));
+    };
+    if condition.status == "True" {
+        return Ok(Some(condition.message.clone()));
+    }
+    let ports: Vec<String> = plan.relays.iter().map(|entry| entry.port.to_string()).collect();
+    let fix = match condition.reason.as_str() {
+        "RelayPortTaken" => format!(
+            "; find what holds it on the node (`ss -ltnp 'sport = :{}'`) and stop it, or give the registry another              port in nodeAgent.relay.registries: the agent takes the port once it is free",
+            ports.join("' 'sport = :")
+        ),
+        "RelayOff" => "; set nodeAgent.relay.enabled=true".into(),
+        _ => format!("; the agent's log on the node says more (agent {})", state.agent.pod),
+    };
+    Err(format!("relay not serving, {}: {}{fix}", condition.reason, condition.message))
 }
 
 /// A node's state checked against the plan now in force: `Ok` says what is configured when every planned address
@@ -597,5 +655,79 @@ mod tests {
                 "cache (the Service docker-hub, the mirror of docker.io; the Service ghcr, the mirror of ghcr.io)",
             ]
         );
+    }
+
+    fn relay_plan() -> NodePlan {
+        let relay = crate::node::RelayEntry {
+            port: 5001,
+            registry: "registry/registry".into(),
+            target: "10.96.0.12:5000".parse().expect("an address"),
+        };
+        NodePlan::with_relays(plan().hosts, vec![relay])
+    }
+
+    /// A state whose relay is as `condition` says, written by an agent that writes files or not.
+    fn relaying(status: &str, reason: &str, message: &str, writes_files: bool) -> NodeState {
+        use crate::node::api::state::{Configured, ConfiguredReason, Relay, RelayReason, RelayServing};
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let configured =
+            if writes_files { ConfiguredReason::HostsConfigured } else { ConfiguredReason::RuntimeNotConfigured };
+        let configured = Configured { configured: true, reason: configured, message: "m".into() };
+        let reason = [RelayReason::RelayServing, RelayReason::RelayPortTaken, RelayReason::RelayOff]
+            .into_iter()
+            .find(|r| r.as_str() == reason)
+            .expect("a reason");
+        let relay = RelayServing { serving: status == "True", reason, message: message.into() };
+        let relayed = Relay {
+            port: 5001,
+            registry: "registry/registry".into(),
+            target: "10.96.0.12:5000".into(),
+            listeners: Vec::new(),
+        };
+        NodeState {
+            relays: vec![relayed],
+            conditions: vec![configured.condition(None, now.clone()), relay.condition(None, now)],
+            ..state("uid-x", Verdict::Configured)
+        }
+    }
+
+    #[test]
+    fn a_relay_is_judged_on_every_covered_node_whatever_its_runtime_with_the_fix_when_it_does_not_serve() {
+        let judge = |node: &Node, state: &NodeState| {
+            super::node(
+                &Found { node, template: &linux(), pod: Some(&pod("Running", true)), state: Some(state), events: &[] },
+                &relay_plan(),
+            )
+        };
+        let containerd = node("n1", "containerd://2.4.2", &[("kubernetes.io/os", "linux")], &[]);
+        let serving = relaying("True", "RelayServing", "relaying registry/registry at 127.0.0.1:5001", true);
+        assert_eq!(
+            judge(&containerd, &serving),
+            Line::Configured("configured by agent-x; relaying registry/registry at 127.0.0.1:5001".into())
+        );
+        let taken = relaying("False", "RelayPortTaken", "127.0.0.1:5001 is taken", true);
+        let Line::Wrong(said) = judge(&containerd, &taken) else { panic!("a taken port fails") };
+        assert!(said.contains("RelayPortTaken: 127.0.0.1:5001 is taken"), "{said}");
+        assert!(said.contains("ss -ltnp 'sport = :5001'"), "{said}");
+        let off = relaying("False", "RelayOff", "the plan relays", true);
+        let Line::Wrong(said) = judge(&containerd, &off) else { panic!("an agent that does not relay fails") };
+        assert!(said.ends_with("set nodeAgent.relay.enabled=true"), "{said}");
+        // CRI-O reads none of containerd's files, but pulls the relay's address: judged by the relay alone.
+        let crio = node("c1", "cri-o://1.33.0", &[("kubernetes.io/os", "linux")], &[]);
+        let relay_only = relaying("True", "RelayServing", "relaying registry/registry", false);
+        assert_eq!(
+            judge(&crio, &relay_only),
+            Line::Configured(
+                "agent-x writes no runtime configuration (nodeAgent.runtime none); relaying registry/registry".into()
+            )
+        );
+        let mut moved = serving.clone();
+        moved.relays[0].target = "10.96.0.99:5000".into();
+        let Line::Wrong(said) = judge(&containerd, &moved) else { panic!("a relay to an old target fails") };
+        assert!(said.contains("not in what its agent applied yet"), "{said}");
+        let mut silent = serving;
+        silent.conditions.truncate(1);
+        let Line::Wrong(said) = judge(&containerd, &silent) else { panic!("an agent that says nothing fails") };
+        assert!(said.contains("older than the controller"), "{said}");
     }
 }

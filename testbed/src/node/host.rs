@@ -153,6 +153,38 @@ impl HostNetwork {
         Ok(())
     }
 
+    /// Links this node's namespace and `other`'s directly, as a cluster's pod network would: a veth pair between the
+    /// two (`peer` in each, 10.212.0.1 here and 10.212.0.2 there) and a route to each one's pod subnet and address through it, so
+    /// a Service's endpoint on one node answers the other (kube-proxy sends a connection to a pod on either). The
+    /// pair lives in the two namespaces and goes with them; the machine's own network is not touched.
+    pub(crate) fn link(&self, subnet: &str, other: &HostNetwork, other_subnet: &str) -> Result<(), Error> {
+        let (mine, theirs) = ("10.212.0.1", "10.212.0.2");
+        let n = |network: &HostNetwork| network.netns.trim_start_matches("testbed-").to_string();
+        let (a, b) = (format!("tb{}p{}", n(self), n(other)), format!("tb{}p{}", n(other), n(self)));
+        run(
+            "ip",
+            &["link", "add", &a, "netns", &self.netns, "type", "veth", "peer", "name", &b, "netns", &other.netns],
+        )?;
+        let (my_ip, their_ip) = (format!("{}/32", self.node_ip), format!("{}/32", other.node_ip));
+        for (network, link, address, subnet, node, via) in
+            [(self, &a, mine, other_subnet, &their_ip, theirs), (other, &b, theirs, subnet, &my_ip, mine)]
+        {
+            let inside = |args: &[&str]| {
+                let mut all = vec!["-n", network.netns.as_str()];
+                all.extend_from_slice(args);
+                run("ip", &all)
+            };
+            inside(&["link", "set", link, "name", "peer"])?;
+            inside(&["addr", "add", &format!("{address}/24"), "dev", "peer"])?;
+            inside(&["link", "set", "peer", "up"])?;
+            // The other's pods, and the other node itself: a connection a node makes to a Service leaves from its
+            // own address, and the endpoint's node answers it there.
+            inside(&["route", "add", subnet, "via", via, "dev", "peer"])?;
+            inside(&["route", "add", node, "via", via, "dev", "peer"])?;
+        }
+        Ok(())
+    }
+
     /// Creates the node's cgroup in every hierarchy, with a `node` child for the daemons, and returns the
     /// `cgroup.procs` files a daemon joins.
     pub(crate) fn create_cgroups(&self) -> Result<Vec<PathBuf>, Error> {
