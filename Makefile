@@ -26,8 +26,9 @@ KUBE_WINDOW := 1.25 1.37
 # The node agent's real-node tests (name filters over real_node and containerd_config), run again on other containerd
 # releases than the main pin (2.4): `make test` on the window's oldest end and on 2.3, what kind, k3s and minikube ship
 # today; `make test-containerd-window` on each, recording the run in docs/containerd-window.md.
-NODE_AGENT_TESTS := --test real_node --test containerd_config -- --test-threads=8 node_agent edit_cannot_redirect \
-	admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry runtime_conformance
+NODE_AGENT_TESTS := --test real_node --test containerd_config --test two_nodes -- --test-threads=8 node_agent \
+	edit_cannot_redirect admins_mirror pull_keeps_working doctor_reads_each_nodes config_path ipv6_host_entry \
+	runtime_conformance the_relay_serves
 CONTAINERD_RERUN := 1.7 2.3
 # kube-proxy modes besides the main one (iptables) the node agent's real-node tests run again on: nftables (GA since
 # 1.33, Talos's default, a kind and k0s option) serves no NodePort on the node's loopback, which the agent's files

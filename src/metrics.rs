@@ -92,6 +92,7 @@ pub struct Metrics {
     node_refused: Gauge,
     node_mirrors_unusable: Gauge,
     loopback_unserved: Family<ReaderLabels, Gauge>,
+    loopback_at_risk: Family<ReaderLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -118,6 +119,7 @@ impl Default for Metrics {
             node_refused: Gauge::default(),
             node_mirrors_unusable: Gauge::default(),
             loopback_unserved: Family::default(),
+            loopback_at_risk: Family::default(),
         }
     }
 }
@@ -218,6 +220,13 @@ impl Metrics {
              file maps them",
             self.loopback_unserved.clone(),
         );
+        registry.register(
+            "local_registry_publisher_loopback_addresses_at_risk",
+            "Published addresses on a node's loopback at the registry's nodePort that kube-proxy serves only because \
+             it runs its default mode, iptables, and stops serving once its default is nftables (Kubernetes 1.40, \
+             KEP-5343), per reader as local_registry_publisher_loopback_addresses_unserved",
+            self.loopback_at_risk.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector::start()));
         registry
     }
@@ -260,6 +269,7 @@ impl Metrics {
             TaskWrites::LoopbackReaders => {
                 for reader in crate::kube_proxy::Reader::ALL {
                     let _ = self.loopback_unserved.get_or_create(&ReaderLabels { reader: reader.as_str() });
+                    let _ = self.loopback_at_risk.get_or_create(&ReaderLabels { reader: reader.as_str() });
                 }
             }
         }
@@ -328,6 +338,14 @@ impl Metrics {
         for (reader, count) in counts {
             let value = i64::try_from(count).unwrap_or(i64::MAX);
             self.loopback_unserved.get_or_create(&ReaderLabels { reader }).set(value);
+        }
+    }
+
+    /// How many published loopback addresses kube-proxy stops serving when its default becomes nftables.
+    pub fn loopback_at_risk(&self, counts: impl IntoIterator<Item = (&'static str, usize)>) {
+        for (reader, count) in counts {
+            let value = i64::try_from(count).unwrap_or(i64::MAX);
+            self.loopback_at_risk.get_or_create(&ReaderLabels { reader }).set(value);
         }
     }
 

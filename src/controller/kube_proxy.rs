@@ -84,7 +84,10 @@ impl Concern for Watching {
         let unserved = kube_proxy::unserved(published, mode.as_ref(), self.node_agent);
         let count = |reader| unserved.iter().filter(|u| u.reader == reader).count();
         self.metrics.loopback_unserved(Reader::ALL.map(|reader| (reader.as_str(), count(reader))));
-        let notices = kube_proxy::notices(published, mode.as_ref(), &unserved);
+        let at_risk = kube_proxy::at_risk(published, mode.as_ref(), self.node_agent);
+        let count = |reader| at_risk.iter().filter(|u| u.reader == reader).count();
+        self.metrics.loopback_at_risk(Reader::ALL.map(|reader| (reader.as_str(), count(reader))));
+        let notices = kube_proxy::notices(published, mode.as_ref(), &unserved, &at_risk);
         for notice in notices.iter().filter(|notice| !self.logged.contains(notice)) {
             let registry = published.map(|p| p.registry.to_string()).unwrap_or_default();
             warn!(registry = %registry, "{}", safe(&notice.message));
@@ -106,7 +109,14 @@ impl Watching {
             return;
         }
         match mode {
-            Ok(Some(mode)) => info!(mode = %mode.name, source = %mode.source, "kube-proxy's mode"),
+            Ok(Some(mode)) => info!(
+                mode = %mode.name,
+                explicit = mode.explicit,
+                localhost_gate = mode.localhost_gate,
+                node_port_addresses = %safe(&mode.node_port_addresses.join(",")),
+                source = %mode.source,
+                "kube-proxy's mode"
+            ),
             Ok(None) => info!(
                 configmap = %self.target,
                 "kube-proxy's mode is not shown there (no such ConfigMap, or no mode word in it): not checked"

@@ -10,7 +10,7 @@ mod watched;
 
 use serde::Deserialize;
 
-pub use unserved::{ConfigTarget, Reader, Unserved, interest, loopback_addresses, mode, notices, unserved};
+pub use unserved::{ConfigTarget, Reader, Unserved, at_risk, interest, loopback_addresses, mode, notices, unserved};
 pub(crate) use watched::proxy_watch_sets;
 pub use watched::{Interest, Observed, ProxyConfig};
 
@@ -25,6 +25,10 @@ pub const NODE_ARGS: [&str; 2] = ["k3s.io/node-args", "rke2.io/node-args"];
 /// KEP-6032's fix for nftables mode (IPv4 and IPv6 loopback), as every message that suggests it says it.
 pub const NFTABLES_LOCALHOST_GATE: &str = "from Kubernetes 1.37, turn on kube-proxy's alpha feature gate \
      KubeProxyNFTablesLocalhostNodePorts with localhost in its --nodeport-addresses";
+/// KEP-6032's feature gate, as kube-proxy's `featureGates` and `--feature-gates` name it.
+pub const LOCALHOST_GATE: &str = "KubeProxyNFTablesLocalhostNodePorts";
+/// When kube-proxy's default mode becomes nftables (KEP-5343), as every message that warns of it says it.
+pub const NFTABLES_DEFAULT: &str = "from Kubernetes 1.40 kube-proxy's default mode is nftables (KEP-5343)";
 
 /// kube-proxy's mode and where it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +37,12 @@ pub struct Mode {
     pub source: String,
     /// iptables mode's `localhostNodePorts`, when the configuration turns it off.
     pub localhost_node_ports_off: bool,
+    /// The mode is named where it was read; otherwise kube-proxy runs its default, which changes with its release.
+    pub explicit: bool,
+    /// KEP-6032's gate ([`LOCALHOST_GATE`]) is on.
+    pub localhost_gate: bool,
+    /// `nodePortAddresses` (`--nodeport-addresses`): empty serves NodePorts on every address of the node.
+    pub node_port_addresses: Vec<String>,
 }
 
 /// Whether a mode serves a loopback NodePort address, as measured.
@@ -44,29 +54,84 @@ pub enum Serves {
 }
 
 impl Mode {
-    /// A mode read from `source`; `None` unless `name` is a mode word.
+    /// A mode named (explicitly) at `source`; `None` unless `name` is a mode word.
     pub fn new(name: &str, source: String) -> Option<Self> {
-        is_mode_name(name).then(|| Mode { name: name.to_string(), source, localhost_node_ports_off: false })
+        is_mode_name(name).then(|| Mode {
+            name: name.to_string(),
+            source,
+            localhost_node_ports_off: false,
+            explicit: true,
+            localhost_gate: false,
+            node_port_addresses: Vec::new(),
+        })
     }
 
     /// The mode a KubeProxyConfiguration (`text`, YAML) sets, read from `source`: an empty mode is kube-proxy's
-    /// default, iptables.
+    /// default, iptables until 1.40 ([`NFTABLES_DEFAULT`]), and not explicit.
     pub fn from_configuration(text: &str, source: String) -> Option<Self> {
         let config: Configuration = serde_saphyr::from_str(text).ok()?;
-        let name = config.mode.filter(|m| !m.is_empty()).unwrap_or_else(|| "iptables".into());
-        let mut mode = Mode::new(&name, source)?;
+        let named = config.mode.filter(|m| !m.is_empty());
+        let mut mode = Mode::new(named.as_deref().unwrap_or("iptables"), source)?;
+        mode.explicit = named.is_some();
         mode.localhost_node_ports_off = config.iptables.and_then(|i| i.localhost_node_ports) == Some(false);
+        mode.localhost_gate = config.feature_gates.get(LOCALHOST_GATE) == Some(&true);
+        mode.node_port_addresses = config.node_port_addresses.unwrap_or_default();
         Some(mode)
+    }
+
+    /// The gate and node port addresses of kube-proxy's flags (`--feature-gates`, `--nodeport-addresses`), which
+    /// win over its configuration.
+    pub fn with_flags<'a>(mut self, args: impl Iterator<Item = &'a str> + Clone) -> Self {
+        if let Some(gates) = flag(args.clone(), "--feature-gates") {
+            let on = gates
+                .split(',')
+                .filter_map(|g| g.split_once('='))
+                .any(|(name, value)| name.trim() == LOCALHOST_GATE && value.trim().eq_ignore_ascii_case("true"));
+            self.localhost_gate = on;
+        }
+        if let Some(addresses) = flag(args, "--nodeport-addresses") {
+            self.node_port_addresses =
+                addresses.split(',').map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+        }
+        self
     }
 
     pub fn serves(&self, address: &str) -> Serves {
         match self.name.as_str() {
+            // KEP-6032 serves both loopbacks in nftables mode; nothing else serves [::1].
+            "nftables" if self.localhost_gate && self.node_port_addresses.iter().any(|a| a == "localhost") => {
+                Serves::Yes
+            }
             _ if address.starts_with('[') => Serves::No,
-            "iptables" if self.localhost_node_ports_off => Serves::No,
+            "iptables" if self.localhost_node_ports_off || !self.node_ports_on_ipv4_loopback() => Serves::No,
             "iptables" => Serves::Yes,
             "nftables" => Serves::No,
             _ => Serves::NotMeasured,
         }
+    }
+
+    /// The mode kube-proxy runs once its default becomes nftables ([`NFTABLES_DEFAULT`]), when this one is its
+    /// default (not explicit) today; the same gate and addresses.
+    pub fn after_default_flip(&self) -> Option<Mode> {
+        (!self.explicit && self.name == "iptables").then(|| Mode {
+            name: "nftables".into(),
+            source: format!("kube-proxy's default from 1.40, {} setting no mode", self.source),
+            localhost_node_ports_off: false,
+            ..self.clone()
+        })
+    }
+
+    /// Whether `nodePortAddresses` takes in 127.0.0.1: none given (every address), `localhost`, or a CIDR holding it.
+    fn node_ports_on_ipv4_loopback(&self) -> bool {
+        let holds_loopback = |cidr: &str| {
+            let Some((network, bits)) = cidr.split_once('/') else { return cidr == "localhost" };
+            let (Ok(network), Ok(bits)) = (network.parse::<std::net::Ipv4Addr>(), bits.parse::<u32>()) else {
+                return false;
+            };
+            let mask = u32::MAX.checked_shl(32 - bits.min(32)).unwrap_or(0);
+            u32::from(network) & mask == u32::from(std::net::Ipv4Addr::LOCALHOST) & mask
+        };
+        self.node_port_addresses.is_empty() || self.node_port_addresses.iter().any(|a| holds_loopback(a))
     }
 
     /// What it does not serve of `address`, in words: "no NodePort on a node's loopback" and the like.
@@ -88,6 +153,10 @@ struct Configuration {
     mode: Option<String>,
     #[serde(default)]
     iptables: Option<IptablesConfiguration>,
+    #[serde(default)]
+    feature_gates: std::collections::BTreeMap<String, bool>,
+    #[serde(default)]
+    node_port_addresses: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]

@@ -117,7 +117,7 @@ fn the_notice_names_each_address_its_reader_the_mode_where_it_was_read_and_the_f
     let nftables = mode("nftables");
     let told = |mode: &Mode, agent: bool| -> Vec<Notice> {
         let unserved = unserved(Some(&registry), Some(mode), agent);
-        notices(Some(&registry), Some(mode), &unserved)
+        notices(Some(&registry), Some(mode), &unserved, &[])
     };
     let [notice] = told(&nftables, false).try_into().expect("one notice");
     assert_eq!(notice.regarding, registry.reference);
@@ -128,7 +128,8 @@ fn the_notice_names_each_address_its_reader_the_mode_where_it_was_read_and_the_f
         "kind's extraPortMappings",
         "no node's containerd can pull host localhost:30500",
         "nodeAgent.enabled=true",
-        "A hostPort",
+        "a hostPort",
+        "nodeAgent.relay",
         "KubeProxyNFTablesLocalhostNodePorts",
     ] {
         assert!(notice.message.contains(part), "{part:?} in {}", notice.message);
@@ -141,6 +142,71 @@ fn the_notice_names_each_address_its_reader_the_mode_where_it_was_read_and_the_f
     let ipv6 = published(node_port().annotation(annotations::HOST, "[::1]:30500"));
     let iptables = mode("iptables");
     let unserved_ipv6 = unserved(Some(&ipv6), Some(&iptables), true);
-    let [notice] = notices(Some(&ipv6), Some(&iptables), &unserved_ipv6).try_into().expect("one notice");
+    let [notice] = notices(Some(&ipv6), Some(&iptables), &unserved_ipv6, &[]).try_into().expect("one notice");
     assert!(notice.message.contains("IPv6 loopback") && !notice.message.contains("KubeProxyNFTables"));
+}
+
+#[test]
+fn kube_proxys_gate_and_node_port_addresses_decide_what_each_mode_serves() {
+    let source = || "here".to_string();
+    let config = |text: &str| Mode::from_configuration(text, source()).expect("a mode");
+    let gated =
+        "mode: nftables\nfeatureGates:\n  KubeProxyNFTablesLocalhostNodePorts: true\nnodePortAddresses: [localhost]\n";
+    for address in ["localhost:30500", "127.0.0.1:30500", "[::1]:30500"] {
+        assert_eq!(config(gated).serves(address), Serves::Yes, "KEP-6032 serves {address}");
+    }
+    let gate_alone = "mode: nftables\nfeatureGates:\n  KubeProxyNFTablesLocalhostNodePorts: true\n";
+    assert_eq!(config(gate_alone).serves("localhost:30500"), Serves::No, "without localhost in nodePortAddresses");
+    // iptables serves IPv4 loopback only where nodePortAddresses takes it in.
+    assert_eq!(config("nodePortAddresses: [primary]\n").serves("localhost:30500"), Serves::No);
+    assert_eq!(config("nodePortAddresses: [10.0.0.0/8]\n").serves("localhost:30500"), Serves::No);
+    for taking_loopback in ["[127.0.0.0/8]", "[0.0.0.0/0]", "[10.0.0.0/8, 127.0.0.1/32]", "[]"] {
+        let text = format!("nodePortAddresses: {taking_loopback}\n");
+        assert_eq!(config(&text).serves("localhost:30500"), Serves::Yes, "{taking_loopback}");
+    }
+    // Flags win over the configuration.
+    let flagged = config("mode: nftables\n").with_flags(
+        ["--feature-gates=A=false,KubeProxyNFTablesLocalhostNodePorts=true", "--nodeport-addresses", "localhost"]
+            .into_iter(),
+    );
+    assert!(flagged.localhost_gate && flagged.node_port_addresses == ["localhost"], "{flagged:?}");
+    assert_eq!(flagged.serves("[::1]:30500"), Serves::Yes);
+}
+
+#[test]
+fn a_default_iptables_mode_is_told_ahead_of_nftables_becoming_the_default_and_an_explicit_one_is_not() {
+    let registry = published(node_port());
+    let default = Mode::from_configuration("kind: KubeProxyConfiguration\n", "here".into()).expect("a mode");
+    assert!(!default.explicit);
+    assert_eq!(unserved(Some(&registry), Some(&default), false), [], "served today");
+    let risk = at_risk(Some(&registry), Some(&default), false);
+    assert_eq!(said(&risk), [("tools", "host", "localhost:30500"), ("runtime", "host", "localhost:30500")]);
+    assert_eq!(said(&at_risk(Some(&registry), Some(&default), true)), [("tools", "host", "localhost:30500")]);
+    let [notice] = notices(Some(&registry), Some(&default), &[], &risk).try_into().expect("one notice");
+    assert_eq!(notice.reason.as_str(), "LoopbackNodePortAtRisk");
+    for part in [
+        "1.40",
+        "KEP-5343",
+        "mode: iptables",
+        "nodeAgent.relay",
+        "hostPort",
+        "tools on a node's machine lose host localhost:30500",
+    ] {
+        assert!(notice.message.contains(part), "{part:?} in {}", notice.message);
+    }
+    assert!(notice.message.len() < 1024, "the Events API's limit");
+    // Set explicitly, or already nftables, or relayed: nothing to foresee.
+    let explicit = Mode::from_configuration("mode: iptables\n", "here".into()).expect("a mode");
+    assert_eq!(at_risk(Some(&registry), Some(&explicit), false), []);
+    assert_eq!(at_risk(Some(&registry), Some(&mode("nftables")), false), []);
+    let gated = Mode::from_configuration(
+        "featureGates:\n  KubeProxyNFTablesLocalhostNodePorts: true\nnodePortAddresses: [localhost]\n",
+        "here".into(),
+    )
+    .expect("a mode");
+    assert_eq!(at_risk(Some(&registry), Some(&gated), false), [], "the gate serves it after the flip too");
+    let relay = crate::settings::RelayRule { namespace: "registry".into(), name: "registry".into(), port: 5001 };
+    let settings = crate::settings::Settings { relays: vec![relay], ..crate::settings::Settings::default() };
+    let relayed = crate::node::fixtures::published_with(node_port(), &settings);
+    assert_eq!(at_risk(Some(&relayed), Some(&default), false), [], "the relay's address is served in every mode");
 }

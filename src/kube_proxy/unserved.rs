@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{CONFIG_KEY, CONFIG_MAP, Mode, NFTABLES_LOCALHOST_GATE, Serves};
+use super::{CONFIG_KEY, CONFIG_MAP, Mode, NFTABLES_DEFAULT, NFTABLES_LOCALHOST_GATE, Serves};
 use crate::hosting::Field;
 use crate::node::{self, Notice, Reason, served_on_node_loopback};
 use crate::publish::Published;
@@ -118,10 +118,56 @@ pub fn unserved(published: Option<&Published>, mode: Option<&Mode>, node_agent: 
         .collect()
 }
 
-/// What to tell of `unserved` on the registry's Service: one notice, each address with what fails and the fixes.
-pub fn notices(published: Option<&Published>, mode: Option<&Mode>, unserved: &[Unserved]) -> Vec<Notice> {
-    let (Some(published), Some(mode), false) = (published, mode, unserved.is_empty()) else {
+/// The published loopback addresses kube-proxy serves today only because it runs its default mode, iptables,
+/// and that it stops serving when its default becomes nftables ([`NFTABLES_DEFAULT`]), with the same gate and node
+/// port addresses: per reader as [`unserved`] says them.
+pub fn at_risk(published: Option<&Published>, mode: Option<&Mode>, node_agent: bool) -> Vec<Unserved> {
+    let Some(flipped) = mode.and_then(Mode::after_default_flip) else {
         return Vec::new();
+    };
+    let served_now: Vec<String> = unserved(published, mode, node_agent).into_iter().map(|u| u.address).collect();
+    unserved(published, Some(&flipped), node_agent).into_iter().filter(|u| !served_now.contains(&u.address)).collect()
+}
+
+/// What to tell of `unserved` and `at_risk` on the registry's Service: a notice each, each address with what fails
+/// (or will) and the fixes.
+pub fn notices(
+    published: Option<&Published>,
+    mode: Option<&Mode>,
+    unserved: &[Unserved],
+    at_risk: &[Unserved],
+) -> Vec<Notice> {
+    unserved_notice(published, mode, unserved).into_iter().chain(at_risk_notice(published, mode, at_risk)).collect()
+}
+
+fn at_risk_notice(published: Option<&Published>, mode: Option<&Mode>, at_risk: &[Unserved]) -> Option<Notice> {
+    let (Some(published), Some(mode), false) = (published, mode, at_risk.is_empty()) else {
+        return None;
+    };
+    let said: Vec<String> = at_risk
+        .iter()
+        .map(|u| {
+            let who = match u.reader {
+                Reader::Tools => "tools on a node's machine",
+                Reader::Runtime => "each node's containerd",
+            };
+            format!("{who} lose {} {}", u.field.key(), u.address)
+        })
+        .collect();
+    let message = format!(
+        "kube-proxy runs its default mode, iptables ({} names no mode), which serves the published loopback NodePort \
+         today; {NFTABLES_DEFAULT}, which serves none, so on that upgrade {}. Keep it: set mode: iptables in \
+         kube-proxy's configuration, relay the registry on every node's loopback (nodeAgent.relay, served in every \
+         mode), give the registry's pod a hostPort, or, {NFTABLES_LOCALHOST_GATE}",
+        mode.source,
+        said.join(" and ")
+    );
+    Some(Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortAtRisk, message })
+}
+
+fn unserved_notice(published: Option<&Published>, mode: Option<&Mode>, unserved: &[Unserved]) -> Option<Notice> {
+    let (Some(published), Some(mode), false) = (published, mode, unserved.is_empty()) else {
+        return None;
     };
     let said: Vec<String> = unserved
         .iter()
@@ -141,11 +187,12 @@ pub fn notices(published: Option<&Published>, mode: Option<&Mode>, unserved: &[U
         .collect();
     let gate = if mode.name == "nftables" { format!(", or, {NFTABLES_LOCALHOST_GATE}") } else { String::new() };
     let message = format!(
-        "kube-proxy runs in {} mode ({}): {}. A hostPort on the registry's pod is served on the loopback in every \
-         mode and is published before its nodePort{gate}",
+        "kube-proxy runs in {} mode ({}): {}. The node agents' relay (nodeAgent.relay) serves the registry on every \
+         node's loopback in every mode; a hostPort on the registry's pod is served on the loopback in every mode \
+         and is published before its nodePort{gate}",
         mode.name,
         mode.source,
         said.join("; ")
     );
-    vec![Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortUnserved, message }]
+    Some(Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortUnserved, message })
 }

@@ -393,6 +393,8 @@ pub enum Reason {
     LoopbackNodePortUnserved,
     /// The published registry is one the cluster admin relays, but it has nothing the agents can relay to.
     RelayUnusable,
+    /// A published loopback NodePort kube-proxy serves only in its default mode, which becomes nftables in 1.40.
+    LoopbackNodePortAtRisk,
 }
 
 impl Reason {
@@ -403,6 +405,7 @@ impl Reason {
             Reason::MirrorUnusable => "MirrorUnusable",
             Reason::LoopbackNodePortUnserved => "LoopbackNodePortUnserved",
             Reason::RelayUnusable => "RelayUnusable",
+            Reason::LoopbackNodePortAtRisk => "LoopbackNodePortAtRisk",
         }
     }
 }

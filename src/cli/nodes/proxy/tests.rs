@@ -139,3 +139,31 @@ fn the_pull_address_is_the_runtimes_else_host_and_only_on_loopback_at_the_node_p
     let clusterip = service("registry", "registry").cluster_ip("10.96.0.12").port(None, 5000, None);
     assert_eq!(loopback_pull_address(&published(clusterip)), None);
 }
+
+#[test]
+fn a_node_on_kube_proxys_default_mode_is_told_what_the_nftables_default_takes_and_its_gate_is_read_from_its_flags() {
+    let default = on(&node("a", &[]), &sources(Vec::new(), Some("kind: KubeProxyConfiguration\n"))).expect("a mode");
+    let (said, fails) = judge(Some(&default), "localhost:30500", false);
+    assert!(!fails, "served today: {said}");
+    assert!(said.contains("1.40") && said.contains("nodeAgent.relay") && said.contains("mode: iptables"), "{said}");
+    let (said, _) = judge(Some(&default), "localhost:30500", true);
+    assert!(!said.contains("1.40"), "the agent's file stands in: {said}");
+    let explicit = on(&node("a", &[]), &sources(Vec::new(), Some("mode: iptables\n"))).expect("a mode");
+    assert!(!judge(Some(&explicit), "localhost:30500", false).0.contains("1.40"));
+    // The KEP-6032 gate given as kube-proxy's flags (a pod's, or k3s's node arguments) serves nftables' loopback.
+    let gated = pod(
+        "kube-proxy-g",
+        "g",
+        &["kube-proxy"],
+        &[
+            "--proxy-mode=nftables",
+            "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true",
+            "--nodeport-addresses=localhost",
+        ],
+    );
+    let mode = on(&node("g", &[]), &sources(vec![gated], None)).expect("a mode");
+    assert_eq!(mode.serves("[::1]:30500"), Serves::Yes);
+    let k3s = r#"["server","--kube-proxy-arg","proxy-mode=nftables","--kube-proxy-arg=feature-gates=KubeProxyNFTablesLocalhostNodePorts=true","--kube-proxy-arg","nodeport-addresses=localhost"]"#;
+    let mode = on(&node("k", &[("k3s.io/node-args", k3s)]), &sources(Vec::new(), None)).expect("a mode");
+    assert_eq!(mode.serves("localhost:30500"), Serves::Yes, "{mode:?}");
+}

@@ -3,9 +3,9 @@
 //! each node, and an agent taken off one node by the node selector cleans that node and leaves the other alone.
 //! Its own control plane (the other real-node tests would schedule onto a second node they do not expect).
 
+#[path = "../support/mod.rs"]
 mod support;
 
-#[path = "two_nodes/relay.rs"]
 mod relay;
 
 use std::path::Path;
