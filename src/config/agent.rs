@@ -10,7 +10,7 @@ pub enum RuntimeKind {
     #[default]
     Containerd,
     /// None: the agent writes no runtime configuration and only relays (--relay). For runtimes it does not
-    /// configure (dockerd, a read-only /etc as on Talos): each pulls the relay's loopback addresses by itself.
+    /// configure that pull loopback over plain HTTP by themselves (dockerd, containerd under a read-only /etc).
     None,
 }
 

@@ -30,7 +30,8 @@ pub trait NodeRuntime: Send + Sync {
 }
 
 /// `--runtime=none`: the agent writes nothing the runtime reads and only relays, for a runtime it does not configure
-/// (dockerd, a read-only /etc as on Talos). Every pass finds nothing, and the node's state says so.
+/// that pulls loopback over plain HTTP by itself (dockerd, containerd under a read-only /etc as on Talos). Every pass
+/// finds nothing, and the node's state says so.
 pub struct Unconfigured;
 
 impl NodeRuntime for Unconfigured {

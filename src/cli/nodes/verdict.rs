@@ -60,11 +60,10 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
     }
-    // Another runtime reads none of containerd's files, but dockerd and CRI-O pull the relay's loopback addresses
-    // all the same; one not known to (a simulated or virtual node's) is told, not judged.
+    // dockerd reads none of containerd's files, but pulls the relay's loopback addresses over plain HTTP all the
+    // same; CRI-O does not (it speaks HTTPS to localhost too), nor is an unknown runtime (a simulated node's) judged.
     let other_runtime = unsupported(runtime(found.node));
-    let pulls_loopback =
-        ["containerd", "docker", "cri-o"].iter().any(|r| runtime(found.node).starts_with(&format!("{r}://")));
+    let pulls_loopback = ["containerd://", "docker://"].iter().any(|r| runtime(found.node).starts_with(r));
     if let Some(why) = &other_runtime
         && (plan.relays.is_empty() || !pulls_loopback)
     {
@@ -712,11 +711,11 @@ mod tests {
         let off = relaying("False", "RelayOff", "the plan relays", true);
         let Line::Wrong(said) = judge(&containerd, &off) else { panic!("an agent that does not relay fails") };
         assert!(said.ends_with("set nodeAgent.relay.enabled=true"), "{said}");
-        // CRI-O reads none of containerd's files, but pulls the relay's address: judged by the relay alone.
-        let crio = node("c1", "cri-o://1.33.0", &[("kubernetes.io/os", "linux")], &[]);
+        // dockerd reads none of containerd's files, but pulls the relay's address: judged by the relay alone.
+        let docker = node("d1", "docker://28.2.2", &[("kubernetes.io/os", "linux")], &[]);
         let relay_only = relaying("True", "RelayServing", "relaying registry/registry", false);
         assert_eq!(
-            judge(&crio, &relay_only),
+            judge(&docker, &relay_only),
             Line::Configured(
                 "agent-x writes no runtime configuration (nodeAgent.runtime none); relaying registry/registry".into()
             )
@@ -727,7 +726,10 @@ mod tests {
         assert!(said.contains("not in what its agent applied yet"), "{said}");
         let mut silent = serving;
         silent.conditions.truncate(1);
-        let Line::Wrong(said) = judge(&containerd, &silent) else { panic!("an agent that says nothing fails") };
+        let Line::Wrong(said) = judge(&containerd, &silent) else { panic!("an agent that does not say fails") };
         assert!(said.contains("older than the controller"), "{said}");
+        // CRI-O speaks HTTPS to loopback too: told what it needs, as without a relay.
+        let crio = node("c1", "cri-o://1.33.0", &[("kubernetes.io/os", "linux")], &[]);
+        assert!(matches!(judge(&crio, &relay_only), Line::NotCovered(said) if said.contains("registries.conf.d")));
     }
 }
