@@ -1478,6 +1478,82 @@ fn the_node_agents_mirrors_render_as_one_flag_with_read_access_to_each_mirror_se
     }
 }
 
+#[test]
+fn the_relay_renders_the_admins_registries_as_one_flag_and_puts_the_agents_on_the_nodes_network() {
+    let relay = "nodeAgent.enabled=true,nodeAgent.relay.enabled=true,nodeAgent.httpPort=9808,\
+        nodeAgent.relay.registries[0].service.namespace=registry,nodeAgent.relay.registries[0].service.name=registry,\
+        nodeAgent.relay.registries[0].port=5000,nodeAgent.relay.registries[1].service.namespace=team,\
+        nodeAgent.relay.registries[1].service.name=zot,nodeAgent.relay.registries[1].port=5001";
+    let agent_of = |rendered: &str| {
+        let daemonsets = rendered_objects(rendered, "DaemonSet");
+        assert_eq!(daemonsets.len(), 1, "{rendered}");
+        daemonsets[0]["spec"]["template"]["spec"].clone()
+    };
+    let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "--set", relay]));
+    let flag = controller_args(&rendered).into_iter().find(|a| a.starts_with("--node-relays="));
+    assert_eq!(flag.as_deref(), Some("--node-relays=registry/registry=5000,team/zot=5001"));
+    let agent = agent_of(&rendered);
+    assert_eq!(agent["hostNetwork"], true, "the relay listens on the node's own loopback");
+    let args: Vec<&str> =
+        agent["containers"][0]["args"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    for arg in [
+        "--relay",
+        "--relay-max-connections=128",
+        "--relay-idle-timeout=2m",
+        "--http-address=0.0.0.0:9808",
+        "--runtime=containerd",
+    ] {
+        assert!(args.contains(&arg), "{arg} in {args:?}");
+    }
+    assert_eq!(agent["containers"][0]["ports"][0]["containerPort"], 9808);
+    assert_eq!(agent["securityContext"]["runAsUser"], 0, "it writes containerd's root-owned directory");
+    // Writing nothing on the nodes, the agents mount nothing of them and run unprivileged.
+    let none = ok(tool("helm", &["template", "lrp", &chart(), "--set", &format!("{relay},nodeAgent.runtime=none")]));
+    let agent = agent_of(&none);
+    assert_eq!(
+        (agent["securityContext"]["runAsNonRoot"].clone(), agent["securityContext"]["runAsUser"].clone()),
+        (json!(true), json!(65532))
+    );
+    assert!(agent["volumes"].is_null() && agent["containers"][0]["volumeMounts"].is_null(), "{agent}");
+    let args = agent["containers"][0]["args"].to_string();
+    assert!(args.contains("--runtime=none") && !args.contains("--config-path"), "{args}");
+    // Off: no flag, the pod's own network.
+    let off = ok(tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.enabled=true"]));
+    assert!(!controller_args(&off).iter().any(|a| a.starts_with("--node-relays")), "none by default");
+    assert!(agent_of(&off)["hostNetwork"].is_null());
+
+    for (values, needle) in [
+        ("nodeAgent.relay.enabled=true", "names no registry to relay"),
+        ("nodeAgent.runtime=none", "needs nodeAgent.relay.enabled=true"),
+        ("nodeAgent.runtime=crio", "/nodeAgent/runtime"),
+        ("nodeAgent.relay.registries[0].port=5000", "/nodeAgent/relay/registries/0"),
+        (
+            "nodeAgent.relay.enabled=true,nodeAgent.relay.registries[0].service.namespace=a,\
+             nodeAgent.relay.registries[0].service.name=b,nodeAgent.relay.registries[0].port=70000",
+            "/nodeAgent/relay/registries/0/port",
+        ),
+        (
+            "nodeAgent.relay.enabled=true,nodeAgent.relay.registries[0].service.namespace=a,\
+             nodeAgent.relay.registries[0].service.name=b,nodeAgent.relay.registries[0].port=5000,\
+             nodeAgent.relay.registries[1].service.namespace=c,nodeAgent.relay.registries[1].service.name=d,\
+             nodeAgent.relay.registries[1].port=5000",
+            "port 5000 is given to two registries",
+        ),
+        (
+            "nodeAgent.relay.enabled=true,nodeAgent.relay.registries[0].service.namespace=a,\
+             nodeAgent.relay.registries[0].service.name=b,nodeAgent.relay.registries[0].port=8080",
+            "port 8080 of a/b is nodeAgent.httpPort",
+        ),
+        ("nodeAgent.relay.idleTimeout=soon", "/nodeAgent/relay/idleTimeout"),
+    ] {
+        let values = format!("nodeAgent.enabled=true,{values}");
+        let output = tool("helm", &["template", "lrp", &chart(), "--set", &values]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{values} was accepted");
+        assert!(stderr.contains(needle), "{values}: {stderr}");
+    }
+}
+
 /// The shipped dashboard, as the chart carries it.
 fn dashboard() -> serde_json::Value {
     let path = root().join("charts/local-registry-publisher/dashboards/local-registry-publisher.json");
@@ -1550,7 +1626,10 @@ async fn every_dashboard_query_names_a_metric_the_controller_or_the_node_agent_e
     // Every task on (the publisher, pull Secrets, the node plan, kube-proxy's), each series starting at 0, and a
     // registry published, so every family has its samples; one node agent reading the plan.
     let hosts = plane.dir().join(format!("dashboard-hosts-{ns}"));
-    let (controller, agent) = controller_and_agent(&admin, &ns, &hosts, &["--pull-secrets".into()], &[]).await;
+    // The agent relays the registry on this machine's loopback, at a port free now.
+    let relay_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let controller_flags = ["--pull-secrets".into(), format!("--node-relays={ns}/registry={relay_port}")];
+    let (controller, agent) = controller_and_agent(&admin, &ns, &hosts, &controller_flags, &["--relay".into()]).await;
     let spec = json!({"type": "NodePort", "ports": [{"port": 5000}]});
     apply_in(&admin, &ns, service("registry", registry_label(), json!({}), spec)).await;
     let scrape = |process: &Controller, once: &'static str| {
@@ -1560,7 +1639,7 @@ async fn every_dashboard_query_names_a_metric_the_controller_or_the_node_agent_e
     let published = "local_registry_publisher_published_info{";
     let controller_text = wait_until(SOON, || scrape(&controller, published)).await;
     let controller_text = controller_text.unwrap_or_else(|| panic!("the controller published:\n{}", controller.logs()));
-    let passed = "local_registry_publisher_node_last_sync_timestamp_seconds ";
+    let passed = "local_registry_publisher_node_relay_listeners{";
     let agent_text = wait_until(SOON, || scrape(&agent, passed)).await;
     let agent_text = agent_text.unwrap_or_else(|| panic!("the node agent passed:\n{}", agent.logs()));
     let exported: BTreeSet<String> =
