@@ -73,6 +73,10 @@ pub mod chart {
     /// The agents' DaemonSet's volume that mounts containerd's hosts directory: an agent tells from it where its
     /// DaemonSet's next pods write.
     pub const HOSTS_VOLUME: &str = "hosts";
+    /// The annotation the chart sets on the node plan's ConfigMap: the stamp of the controller configuration this
+    /// release runs (`--node-plan-stamp`), which the plan holds once that controller has written it. Until then an
+    /// agent says its node's plan is pending, never that nothing is needed.
+    pub const PLAN_STAMP: &str = "local-registry-publisher.io/plan-stamp";
 }
 
 /// Keys distributions set on their nodes, which tell what a cluster is.

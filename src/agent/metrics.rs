@@ -124,7 +124,7 @@ mod tests {
     use crate::node::{HostEntry, NodePlan};
 
     fn found<'a>(report: &'a Report, runtime: &'a Reading) -> super::super::state::Found<'a> {
-        super::super::state::Found { report, runtime, too_new: None, relays: None, runtime_files: true }
+        super::super::state::Found { report, runtime, too_new: None, pending: None, relays: None, runtime_files: true }
     }
 
     #[test]

@@ -150,7 +150,10 @@ pub async fn run(
             _ = resync.tick() => {}
         }
         if let Some(applied) = &following.plan {
-            if let Some(report) = sync(node_runtime, &applied.plan, &last) {
+            // A ConfigMap the controller has not written yet (the chart's empty one) holds no plan: touch nothing.
+            if applied.written
+                && let Some(report) = sync(node_runtime, &applied.plan, &last)
+            {
                 metrics.files_changed(&report);
                 last = report;
             }
@@ -165,6 +168,7 @@ pub async fn run(
                 report: &last,
                 runtime: &runtime,
                 too_new: following.too_new,
+                pending: applied.pending.as_deref(),
                 relays: relayed.as_deref(),
                 runtime_files: node_runtime.writes_files(),
             };
@@ -183,6 +187,12 @@ pub async fn run(
     // Listeners close now, before the clean-up's API calls.
     drop(relays);
     if let Some(why) = leaving(&client, &settings).await {
+        // Its state first: once the files are gone, nothing of this agent says the node is configured.
+        if let Some(writer) = &state
+            && let Err(error) = writer.remove().await
+        {
+            warn!(%error, "this node's state (NodePullState) was not deleted; its DaemonSet's garbage collection takes it");
+        }
         let removed = sync(node_runtime, &NodePlan::default(), &Report::default()).map_or(0, |r| r.removed.len());
         info!(removed, "{}: this agent's files are removed", safe(&why));
     }
@@ -216,7 +226,11 @@ impl Following {
     fn read(&mut self, configmap: &ConfigMap) -> Option<Applied> {
         let (found, refused) = read_plan(configmap);
         self.too_new = refused;
-        found
+        // The chart's empty ConfigMap, met after a plan: the last plan stays in force, pending.
+        match (found, &self.plan) {
+            (Some(empty), Some(last)) if !empty.written => Some(Applied { pending: empty.pending, ..last.clone() }),
+            (found, _) => found,
+        }
     }
 }
 
@@ -236,6 +250,10 @@ async fn runtime_version(client: &Client, node: Option<&str>) -> Option<String> 
 struct Applied {
     plan: NodePlan,
     resource_version: String,
+    /// The ConfigMap holds a plan the controller wrote (not the chart's empty one).
+    written: bool,
+    /// Why the plan is not yet the one this release's controller configuration writes, while it is not.
+    pending: Option<String>,
 }
 
 /// Writes this node's state when it changed; whether the object now holds it.
@@ -336,18 +354,26 @@ fn tell_runtime(found: &Reading) {
 }
 
 /// The plan a ConfigMap holds; `None` (keep the last plan) when it holds one this agent cannot read, with the format
-/// of a plan refused as newer than this agent's.
+/// of a plan refused as newer than this agent's. A ConfigMap without a plan, or with one stamped for another
+/// controller configuration than the stamp the chart put on it, is pending: the controller of this release has not
+/// said yet what the nodes need.
 fn read_plan(configmap: &ConfigMap) -> (Option<Applied>, Option<u32>) {
     let resource_version = configmap.metadata.resource_version.clone().unwrap_or_default();
+    let wanted = configmap.metadata.annotations.as_ref().and_then(|a| a.get(crate::keys::chart::PLAN_STAMP));
     let Some(text) = configmap.data.as_ref().and_then(|data| data.get(PLAN_KEY)) else {
-        return (Some(Applied { plan: NodePlan::default(), resource_version }), None);
+        let pending = Some(state::PLAN_NOT_WRITTEN.to_string());
+        return (Some(Applied { plan: NodePlan::default(), resource_version, written: false, pending }), None);
     };
     match NodePlan::from_json(text) {
         Ok(plan) if plan.format > PLAN_FORMAT => {
             error!("{}", state::plan_too_new(plan.format));
             (None, Some(plan.format))
         }
-        Ok(plan) => (Some(Applied { plan, resource_version }), None),
+        Ok(plan) => {
+            let pending = (!plan.written_for(wanted.map(String::as_str)))
+                .then(|| state::plan_of_another_configuration(plan.stamp.as_deref(), wanted.map(String::as_str)));
+            (Some(Applied { plan, resource_version, written: true, pending }), None)
+        }
         Err(error) => {
             error!(%error, "the node plan cannot be read; the last plan stays in force");
             (None, None)
@@ -504,6 +530,39 @@ mod tests {
         assert_eq!(in_force(&following), Some("2".into()));
         following.on(Event::Apply(plan_configmap(&format!("{{\"format\": {}, \"hosts\": []}}", PLAN_FORMAT + 1))));
         assert_eq!((in_force(&following), following.too_new), (Some("2".into()), Some(PLAN_FORMAT + 1)));
+    }
+
+    #[test]
+    fn a_plan_not_yet_written_for_this_releases_configuration_is_pending_and_keeps_the_last_in_force() {
+        let stamped = |stamp: Option<&str>, wanted: Option<&str>| {
+            let stamp = stamp.map(|s| format!(", \"stamp\": \"{s}\"")).unwrap_or_default();
+            let mut configmap = plan_configmap(&format!(
+                "{{\"format\": 1, \"hosts\": [{{\"address\": \"a:1\", \"endpoint\": \"http://10.0.0.1:1\"}}]{stamp}}}"
+            ));
+            if let Some(wanted) = wanted {
+                configmap.metadata.annotations =
+                    Some([(crate::keys::chart::PLAN_STAMP.to_string(), wanted.to_string())].into());
+            }
+            configmap
+        };
+        let pending = |configmap: &ConfigMap| read_plan(configmap).0.expect("a plan").pending;
+        assert_eq!(pending(&stamped(Some("abc"), Some("abc"))), None, "written for this configuration");
+        assert_eq!(pending(&stamped(None, None)), None, "a ConfigMap the chart did not stamp takes any plan");
+        let other = pending(&stamped(Some("old"), Some("new"))).expect("pending");
+        assert!(other.contains("stamp old, this release's is new"), "{other}");
+        assert!(pending(&stamped(None, Some("new"))).is_some(), "a plan of a controller without a stamp");
+        // The chart's empty ConfigMap: nothing written, nothing to apply.
+        let empty: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {"name": "plan"}})).unwrap();
+        let (applied, _) = read_plan(&empty);
+        let applied = applied.expect("pending");
+        assert!(!applied.written && applied.pending.as_deref() == Some(state::PLAN_NOT_WRITTEN));
+        // Met after a plan (its data emptied), the last plan stays in force, pending.
+        let mut following = Following::default();
+        following.on(Event::Apply(stamped(Some("abc"), Some("abc"))));
+        following.on(Event::Apply(empty));
+        let in_force = following.plan.expect("in force");
+        assert!(in_force.written && in_force.pending.is_some());
+        assert_eq!(in_force.plan.hosts.len(), 1);
     }
 
     #[test]

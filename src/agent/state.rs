@@ -32,6 +32,8 @@ pub struct Found<'a> {
     pub report: &'a Report,
     pub runtime: &'a Reading,
     pub too_new: Option<u32>,
+    /// Why the plan in force is not yet the one this release's controller writes (see `crate::keys::chart::PLAN_STAMP`).
+    pub pending: Option<&'a str>,
     pub relays: Option<&'a [Relay]>,
     /// Whether the agent writes the runtime's configuration (`--runtime=none` does not).
     pub runtime_files: bool,
@@ -40,10 +42,10 @@ pub struct Found<'a> {
 /// The node's state from the plan in force and what the pass `found`. An address is configured only when its file
 /// is the agent's and the runtime reads the directory; a relay serves only where it listens.
 pub fn derive(plan: &NodePlan, found: Found<'_>) -> Derived {
-    let Found { report, runtime, too_new, relays, runtime_files } = found;
+    let Found { report, runtime, too_new, pending, relays, runtime_files } = found;
     if !runtime_files {
         let (relays, relay_serving) = relay_serving(plan, relays);
-        let configured = unconfigured(plan, too_new);
+        let configured = pending_first(pending, unconfigured(plan, too_new));
         let runtime = Runtime { config_path_check: ConfigPathCheck::Unchecked, ..Runtime::default() };
         return Derived { runtime, addresses: Vec::new(), configured, relays, relay_serving };
     }
@@ -74,7 +76,7 @@ pub fn derive(plan: &NodePlan, found: Found<'_>) -> Derived {
         config_path: runtime.config_path.clone(),
         message: runtime.said.clone(),
     };
-    let configured = configured(plan, report, runtime, too_new);
+    let configured = pending_first(pending, configured(plan, report, runtime, too_new));
     let (relays, relay_serving) = relay_serving(plan, relays);
     Derived { runtime: runtime_state, addresses, configured, relays, relay_serving }
 }
@@ -179,6 +181,28 @@ fn relay_serving(plan: &NodePlan, found: Option<&[Relay]>) -> (Vec<Relay>, Optio
 /// The loopback addresses a relay at `port` listens on, as the object names them.
 pub fn loopback(port: u16) -> [String; 2] {
     [format!("127.0.0.1:{port}"), format!("[::1]:{port}")]
+}
+
+/// Why a node is pending when its plan's ConfigMap holds no plan yet: the chart made it, the controller has not
+/// written it.
+pub const PLAN_NOT_WRITTEN: &str = "the node plan is not written yet: this release's controller has not said what the \
+     nodes need (it writes the plan within seconds of starting; if it does not, look at its pod)";
+
+/// Why a node is pending when its plan was written for another controller configuration than the chart's now.
+pub fn plan_of_another_configuration(written: Option<&str>, wanted: Option<&str>) -> String {
+    format!(
+        "the node plan was written by a controller of another configuration (stamp {}, this release's is {}): \
+         the last plan stays in force until this release's controller writes its own",
+        written.unwrap_or("none"),
+        wanted.unwrap_or("none")
+    )
+}
+
+/// `configured`, unless the plan is pending: then False with that reason, the other troubles after it.
+fn pending_first(pending: Option<&str>, configured: Configured) -> Configured {
+    let Some(why) = pending else { return configured };
+    let message = if configured.configured { why.to_string() } else { format!("{why}; {}", configured.message) };
+    Configured { configured: false, reason: ConfiguredReason::PlanPending, message }
 }
 
 /// Why a plan of `format` is not applied: its condition's message, and the agent's log line when no plan was ever
@@ -308,7 +332,7 @@ mod tests {
 
     /// What a pass of an agent that does not relay found.
     fn found<'a>(report: &'a Report, runtime: &'a Reading, too_new: Option<u32>) -> Found<'a> {
-        Found { report, runtime, too_new, relays: None, runtime_files: true }
+        Found { report, runtime, too_new, pending: None, relays: None, runtime_files: true }
     }
 
     fn verdicts(derived: &Derived) -> Vec<(&str, Verdict)> {
@@ -549,5 +573,25 @@ mod tests {
         let too_new =
             derive(&relay_plan(), Found { runtime_files: false, too_new: Some(PLAN_FORMAT + 1), ..relaying(&serving) });
         assert_eq!(too_new.configured.reason, ConfiguredReason::PlanTooNew);
+    }
+
+    #[test]
+    fn a_pending_plan_is_never_configured_and_says_why_before_any_other_trouble() {
+        let plan = NodePlan::default();
+        let pending = Found { pending: Some(PLAN_NOT_WRITTEN), ..found(&NO_REPORT, &READS, None) };
+        let derived = derive(&plan, pending);
+        assert!(!derived.configured.configured, "an empty plan not yet written needs nothing known, not nothing");
+        assert_eq!(derived.configured.reason, ConfiguredReason::PlanPending);
+        assert_eq!(derived.configured.message, PLAN_NOT_WRITTEN);
+        let troubled =
+            Found { runtime: &Reading { check: ConfigPathCheck::Elsewhere, ..Reading::UNCHECKED }, ..pending };
+        let derived = derive(&NodePlan::of(vec![entry("a:5000")]), troubled);
+        assert_eq!(derived.configured.reason, ConfiguredReason::PlanPending);
+        assert!(derived.configured.message.starts_with(PLAN_NOT_WRITTEN), "{}", derived.configured.message);
+        let relay_only = Found { runtime_files: false, ..pending };
+        assert_eq!(derive(&plan, relay_only).configured.reason, ConfiguredReason::PlanPending);
+        // Written for this release: a node that needs nothing is configured.
+        let settled = derive(&plan, found(&NO_REPORT, &READS, None));
+        assert!(settled.configured.configured);
     }
 }

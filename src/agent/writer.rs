@@ -81,4 +81,14 @@ impl StateWriter {
         self.conditions = conditions;
         Ok(true)
     }
+
+    /// Deletes the object, as an agent whose DaemonSet is gone leaves: a state a later agent of a new DaemonSet has
+    /// not written yet must not be read as its (the owner's garbage collection would take it, but later).
+    pub async fn remove(&self) -> Result<(), kube::Error> {
+        match self.api.delete(&self.name, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
 }

@@ -172,6 +172,19 @@ pub struct NodePlanArgs {
         value_parser = parse_relay
     )]
     pub node_relays: Vec<crate::settings::RelayRule>,
+
+    /// The stamp of this controller's configuration, written into every node plan: the chart sets the same on the
+    /// plan's ConfigMap (annotation local-registry-publisher.io/plan-stamp), and an agent takes a plan as current
+    /// only once it carries that stamp, so right after helm install or upgrade a node is PlanPending rather than
+    /// configured for what the previous controller planned. The chart derives it from the controller's arguments
+    /// and image.
+    #[arg(long, env = "LRP_NODE_PLAN_STAMP", value_name = "STAMP", requires = "node_plan_configmap", value_parser = parse_stamp)]
+    pub node_plan_stamp: Option<String>,
+}
+
+fn parse_stamp(value: &str) -> Result<String, String> {
+    let fits = (1..=64).contains(&value.len()) && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    fits.then(|| value.to_string()).ok_or_else(|| format!("{value:?}: a stamp is 1 to 64 letters, digits or '-'"))
 }
 
 fn parse_relay(value: &str) -> Result<crate::settings::RelayRule, String> {
@@ -224,6 +237,7 @@ impl NodePlanArgs {
                 mirrors: self.node_mirrors.clone(),
                 relays: self.node_relays.clone(),
             },
+            stamp: self.node_plan_stamp.clone(),
         })
     }
 }

@@ -84,7 +84,9 @@ impl Concern for Planning {
         self.metrics.node_addresses_refused(decision.refused.len());
         self.metrics.node_mirrors_unusable(decision.mirror_problems.len());
         self.tell_problems(published, &decision);
-        self.keep(decision.plan).await
+        // Stamped, so an agent knows the plan is this configuration's (one write after a restart with a new one).
+        let plan = NodePlan { stamp: self.target.stamp.clone(), ..decision.plan };
+        self.keep(plan).await
     }
 
     async fn finish(self) {

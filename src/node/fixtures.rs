@@ -21,7 +21,7 @@ pub fn plan(addresses: &[&str]) -> NodePlan {
 
 /// The node plan's ConfigMap `lrp/lrp-node-plan`, with no rule of the admin's.
 pub fn plan_target() -> NodePlanTarget {
-    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default() }
+    NodePlanTarget { namespace: "lrp".into(), name: "lrp-node-plan".into(), rules: Rules::default(), stamp: None }
 }
 
 /// What the publisher would hand on for this one registry Service.

@@ -41,6 +41,8 @@ pub struct NodePlanTarget {
     /// What the cluster admin lets node files redirect (see [`crate::node::trust`]) and the mirrors it sets (see
     /// [`crate::node::mirror`]).
     pub rules: Rules,
+    /// The stamp of this controller's configuration (`--node-plan-stamp`), written into every plan.
+    pub stamp: Option<String>,
 }
 
 impl NodePlanTarget {

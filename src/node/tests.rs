@@ -386,6 +386,7 @@ fn a_node_plan_error_names_the_configmap_it_was_about() {
         namespace: "local-registry-publisher".into(),
         name: "lrp-node-plan".into(),
         rules: Rules::default(),
+        stamp: None,
     };
     // The controller's read and apply errors say this (and so its logs and Events).
     assert_eq!(target.to_string(), "ConfigMap local-registry-publisher/lrp-node-plan");

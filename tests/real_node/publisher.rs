@@ -223,13 +223,30 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
 
     // A hostPort on the registry pod is published instead, and the CNI's portmap serves it on loopback in both
     // modes: the whole KEP flow runs from the node.
-    let mut deployment = registry_deployment();
-    deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"] = json!(LOOPBACK_HOST_PORT);
-    apply_in(&client, &ns, deployment).await;
+    // The README's command for it, as written (Troubleshooting), with this test's names and free port.
+    let patch = readme_host_port_patch().replace("<ns>", &ns).replace("<registry>", "registry");
+    let patch = patch.replace("\"value\": 5000", &format!("\"value\": {LOOPBACK_HOST_PORT}"));
+    let path = format!("{}:{}", plane.tools().display(), std::env::var("PATH").unwrap_or_default());
+    let mut ran = Command::new("bash");
+    ran.arg("-c").arg(&patch).env("KUBECONFIG", plane.kubeconfig()).env("PATH", path);
+    ok(ran.output().expect("run the README's kubectl patch"));
     let with_host_port = format!("localhost:{LOOPBACK_HOST_PORT}");
     let document =
         wait_published(&client, &ns, "hosting", "the hostPort", |d| d.host.as_deref() == Some(&with_host_port)).await;
     kep_flow(&client, &ns, "nodepush", &document, true).await;
+    // doctor on the node, agent off, in either mode: nothing to fix, and the hostPort not told as needing a file.
+    let doctor = node()
+        .command(support::binary::BINARY)
+        .args(["doctor", &format!("--kubeconfig={}", plane.kubeconfig().display())])
+        .args([format!("--configmap-namespace={ns}"), "--configmap-name=hosting".into()])
+        .output()
+        .expect("run doctor on the node");
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(ALL_WELL), "{report}");
+    assert!(!report.contains(&format!("{with_host_port} needs a hosts.toml")), "{report}");
+    assert!(report.contains(&format!("{with_host_port} is the registry pod's hostPort")), "{report}");
+    let off = report.lines().find(|l| l.contains("the node agent is off")).unwrap_or_default();
+    assert!(!off.contains(&with_host_port), "the hostPort's address is not among what needs the agent: {off}");
     // Nothing is published at the nodePort on loopback now: kube-proxy's configuration is no longer watched.
     loopback_metrics(&client, &ns, 0, 0, 0).await;
     helm_uninstall("nodepush", &ns);
@@ -245,6 +262,14 @@ async fn loopback_metrics(client: &Client, ns: &str, watches: u32, tools: u32, r
         format!("local_registry_publisher_loopback_addresses_unserved{{reader=\"runtime\"}} {runtime}"),
     ];
     wait_pod_metrics(client, ns, "controller", |text| wanted.iter().all(|w| text.lines().any(|l| l == w))).await;
+}
+
+/// The README's command that gives the registry pod a hostPort (Troubleshooting), as written.
+fn readme_host_port_patch() -> String {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let from = readme.find("`kubectl patch deployment -n <ns> <registry>").expect("the README's hostPort command");
+    let command = &readme[from + 1..];
+    command[..command.find("]'`").expect("its end") + 2].to_string()
 }
 
 /// The hostPort of the loopback test's registry: no other test's pod takes it on the node.

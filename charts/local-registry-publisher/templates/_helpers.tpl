@@ -280,3 +280,74 @@ EndpointSlices of default/kubernetes (pods reach the API server there once the S
       port: {{ int . }}
     {{- end }}
 {{- end -}}
+
+{{/* The controller's arguments but the plan stamp, one list item a line. */}}
+{{- define "lrp.controllerArgs" -}}
+- {{ printf "--registry-selector=%s" .Values.registry.selector | quote }}
+{{- if not .Values.registry.builtin }}
+- --no-builtin-registries
+{{- end }}
+{{- with .Values.registry.watchNamespaces }}
+- {{ printf "--watch-namespaces=%s" (join "," .) | quote }}
+{{- end }}
+{{- with .Values.registry.allowedNamespaces }}
+- {{ printf "--allowed-namespaces=%s" (join "," .) | quote }}
+{{- end }}
+- {{ printf "--node-address=%s" .Values.registry.nodeAddress | quote }}
+- {{ printf "--cluster-domain=%s" .Values.registry.clusterDomain | quote }}
+{{- with .Values.registry.helpUrl }}
+- {{ printf "--help-url=%s" . | quote }}
+{{- end }}
+- {{ printf "--grace-period=%s" .Values.registry.gracePeriod | quote }}
+- {{ printf "--kube-proxy-configmap=%s" .Values.registry.kubeProxyConfigMap | quote }}
+- {{ printf "--configmap-namespace=%s" .Values.configMap.namespace | quote }}
+- {{ printf "--configmap-name=%s" .Values.configMap.name | quote }}
+{{- if .Values.configMap.takeOver }}
+- --take-over
+{{- end }}
+{{- if .Values.pullSecrets.enabled }}
+- --pull-secrets
+- {{ printf "--pull-secret-name=%s" .Values.pullSecrets.name | quote }}
+{{- with .Values.pullSecrets.serviceAccounts }}
+- {{ printf "--pull-secret-service-accounts=%s" (join "," .) | quote }}
+{{- end }}
+{{- end }}
+{{- if .Values.nodeAgent.enabled }}
+- {{ printf "--node-plan-configmap=%s" (printf "%s-node-plan" (include "lrp.fullname" .) | trunc 63 | trimSuffix "-") | quote }}
+{{- with include "lrp.nodeAllowedAddresses" . }}
+- {{ printf "--node-allowed-addresses=%s" . | quote }}
+{{- end }}
+{{- with include "lrp.nodeMirrors" . }}
+- {{ printf "--node-mirrors=%s" . | quote }}
+{{- end }}
+{{- with include "lrp.nodeRelays" . }}
+- {{ printf "--node-relays=%s" . | quote }}
+{{- end }}
+{{- end }}
+{{- if .Values.leaderElection.enabled }}
+- --leader-elect
+- {{ printf "--leader-elect-resource-name=%s" (include "lrp.fullname" .) | quote }}
+- {{ printf "--leader-elect-lease-duration=%s" .Values.leaderElection.leaseDuration | quote }}
+{{- end }}
+- {{ printf "--log-format=%s" .Values.logging.format | quote }}
+- {{ printf "--log-level=%s" .Values.logging.level | quote }}
+- --http-address=0.0.0.0:{{ .Values.httpPort }}
+{{- if .Values.metricsAuth }}
+- --metrics-auth
+{{- end }}
+{{- if include "lrp.metricsTLSSecret" . }}
+- --tls-cert-file=/etc/local-registry-publisher/metrics-tls/tls.crt
+- --tls-private-key-file=/etc/local-registry-publisher/metrics-tls/tls.key
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The stamp of the controller's configuration (its arguments and image): the controller writes it into the node
+plan, and the plan's ConfigMap carries it as an annotation, so an agent knows whether the plan it reads is this
+release's or one the previous controller wrote (PlanPending until then). The same values give the same stamp, so an
+upgrade that changes nothing of the controller leaves the plan current. */}}
+{{- define "lrp.planStamp" -}}
+{{- printf "%s\n%s" (include "lrp.controllerArgs" .) (include "lrp.image" .) | sha256sum | trunc 16 -}}
+{{- end -}}

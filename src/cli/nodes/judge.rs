@@ -138,20 +138,41 @@ fn judge(
         section.say("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
         return mirrors_usable && relay_usable;
     }
+    // A loopback address at the registry pod's hostPort: the CNI's portmap serves it on the nodes running that pod,
+    // in every kube-proxy mode, as the publisher counts it; only other nodes need the file.
+    let at_host_port = |address: &str| {
+        published.is_some_and(|p| p.ports.host_port && node::served_on_node_loopback(address, p.ports.node))
+    };
     for entry in &plan.hosts {
         section.say(match &entry.server {
             Some(server) => format!(
                 "  {} is mirrored: a hosts.toml sends its pulls to {} first, then to {server}",
                 entry.address, entry.endpoint
             ),
+            None if at_host_port(&entry.address) => format!(
+                "  {} is the registry pod's hostPort, which the CNI serves on the nodes running that pod in every \
+                 kube-proxy mode (every node, for a DaemonSet such as minikube's registry-proxy); a hosts.toml \
+                 mapping it to {} lets the other nodes pull it too",
+                entry.address, entry.endpoint
+            ),
             None => format!("  {} needs a hosts.toml mapping it to {}", entry.address, entry.endpoint),
         });
     }
     let (Some(agents), Some(found)) = (agents, found) else {
-        section.say(
-            "  the node agent is off: a node's containerd pulls these only if someone configured it to \
-             (chart value nodeAgent.enabled=true does it on every node)",
-        );
+        let needing: Vec<&str> =
+            plan.hosts.iter().map(|entry| entry.address.as_str()).filter(|address| !at_host_port(address)).collect();
+        if needing.is_empty() {
+            section.say(
+                "  the node agent is off, and nothing needs it on the nodes running the registry's pod (on other \
+                 nodes, nodeAgent.enabled=true maps the hostPort's address too)",
+            );
+        } else {
+            section.say(format!(
+                "  the node agent is off: a node's containerd pulls {} only if someone configured it to (chart value \
+                 nodeAgent.enabled=true does it on every node)",
+                needing.join(", ")
+            ));
+        }
         return true;
     };
     section.say(format!(

@@ -25,6 +25,11 @@ pub struct NodePlan {
     /// What every node's agent relays on the node's loopback, sorted by port (format 3).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub relays: Vec<RelayEntry>,
+    /// The stamp (`--node-plan-stamp`) of the controller configuration that wrote it: an agent takes the plan as
+    /// current only when it matches the stamp the chart put on the ConfigMap ([`crate::keys::chart::PLAN_STAMP`]).
+    /// Agents that do not know it ignore it, so it needs no format of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<String>,
 }
 
 /// A registry every node's agent serves on the node's loopback, `127.0.0.1:<port>` and `[::1]:<port>`, relaying
@@ -177,7 +182,13 @@ impl NodePlan {
         } else {
             1
         };
-        Self { format, hosts, relays }
+        Self { format, hosts, relays, stamp: None }
+    }
+
+    /// Whether this plan is the one the controller configuration `wanted` (the ConfigMap's stamp annotation) has
+    /// written; without a stamp wanted (a ConfigMap the chart did not make) any plan the controller wrote is.
+    pub fn written_for(&self, wanted: Option<&str>) -> bool {
+        wanted.is_none_or(|wanted| self.stamp.as_deref() == Some(wanted))
     }
 
     /// The plan as its ConfigMap holds it.

@@ -61,8 +61,10 @@ pub struct NodeState {
     pub resync_seconds: u64,
     /// When the agent last found something different (RFC 3339, in seconds): written only then.
     pub changed: String,
-    /// `Configured`: True when every planned address is configured and read by the node's runtime, else False
-    /// with the first trouble as its reason (PlanTooNew, ConfigPathMismatch, HostsFileFailed, ForeignHostsFile)
+    /// `Configured`: True when every planned address is configured and read by the node's runtime (HostsConfigured,
+    /// or RuntimeNotConfigured where the agent writes none), else False with the first trouble as its reason
+    /// (PlanPending: the controller has not written this release's plan yet; PlanTooNew, ConfigPathMismatch,
+    /// HostsFileFailed, ForeignHostsFile)
     /// and every trouble in its message. `RelayServing` (when the agent relays or the plan asks it to): True when
     /// every planned relay listens on the node's loopback (RelayServing, NothingToRelay), else False (RelayOff,
     /// RelayPortTaken, RelayListenFailed).
@@ -256,6 +258,9 @@ pub enum ConfiguredReason {
     HostsConfigured,
     /// The agent writes no runtime configuration (`--runtime=none`): it only relays.
     RuntimeNotConfigured,
+    /// The node plan is not yet the one this release's controller writes: the chart's empty ConfigMap, or a plan
+    /// stamped for another controller configuration. Nothing is known yet of what the node needs.
+    PlanPending,
     /// The node plan is of a newer format than the agent knows: not applied, the last one stays in force.
     PlanTooNew,
     /// The node's runtime reads another directory than the one the agent writes into.
@@ -271,6 +276,7 @@ impl ConfiguredReason {
         match self {
             ConfiguredReason::HostsConfigured => "HostsConfigured",
             ConfiguredReason::RuntimeNotConfigured => "RuntimeNotConfigured",
+            ConfiguredReason::PlanPending => "PlanPending",
             ConfiguredReason::PlanTooNew => "PlanTooNew",
             ConfiguredReason::ConfigPathMismatch => "ConfigPathMismatch",
             ConfiguredReason::HostsFileFailed => "HostsFileFailed",

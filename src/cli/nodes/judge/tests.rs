@@ -118,10 +118,8 @@ fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror
     assert_eq!(not_done[0], format!("docker.io gets no node file: it {}", Refusal::NotAllowed));
     let (off, not_done) = super::section(Some(&published), false, None, &decided(&["docker.io"]), None, None);
     assert!(not_done.is_empty(), "with the agents off no address gets a file: {not_done:?}");
-    assert!(
-        text(&off)
-            .contains("  the node agent is off: a node's containerd pulls these only if someone configured it to")
-    );
+    let said = format!("  the node agent is off: a node's containerd pulls {ADDRESS} only if someone configured it to");
+    assert!(text(&off).contains(&said), "{}", text(&off));
     assert!(!off.wrong);
 
     let mirror = Mirror {
@@ -286,4 +284,27 @@ fn with_the_agent_off_kube_proxys_mode_decides_each_nodes_pull_of_the_loopback_n
     let unlisted = proxy::Sources { nodes: Err("forbidden".into()), pods: Vec::new(), config: None };
     let (unlisted, _) = super::section(Some(&published), false, None, &decided(&[]), None, Some(&unlisted));
     assert!(!unlisted.wrong && text(&unlisted).contains("nodes cannot be listed with this identity, so no kube-proxy"));
+}
+
+#[test]
+fn a_loopback_address_at_the_registry_pods_host_port_is_not_told_as_needing_a_file_with_the_agents_off() {
+    // minikube's shape, or the README's fix for nftables mode: the runtime pulls localhost at the hostPort.
+    let mut published = registry(None);
+    published.ports.host_port = true;
+    published.ports.node = Some(5000);
+    let plan = node::NodePlan::of(vec![node::HostEntry::plain("localhost:5000", CLUSTER_IP_ENDPOINT)]);
+    let decided = Ok(node::Decision { plan, ..node::Decision::default() });
+    let (off, not_done) = super::section(Some(&published), false, None, &decided, None, None);
+    let said = text(&off);
+    assert!(!off.wrong && not_done.is_empty(), "{said}");
+    assert!(!said.contains("needs a hosts.toml"), "{said}");
+    assert!(said.contains("localhost:5000 is the registry pod's hostPort"), "{said}");
+    assert!(
+        said.contains("the node agent is off, and nothing needs it on the nodes running the registry's pod"),
+        "{said}"
+    );
+    // At a nodePort it is kube-proxy's: told as needing the file.
+    published.ports.host_port = false;
+    let (off, _) = super::section(Some(&published), false, None, &decided, None, None);
+    assert!(text(&off).contains("localhost:5000 needs a hosts.toml"), "{}", text(&off));
 }
