@@ -214,7 +214,8 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
             &format!("reach host {host} only where"),
             &format!("no node's containerd can pull host {host}"),
             "nodeAgent.enabled=true",
-            "A hostPort",
+            "a hostPort",
+            "nodeAgent.relay",
         ] {
             assert!(note.contains(part), "{part:?} in {note}");
         }
