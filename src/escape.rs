@@ -1,8 +1,9 @@
 //! Text from the cluster or an input file reaches a terminal or a log only escaped: anyone who can write an Event,
 //! a Service name in a file, or a foreign ConfigMap could otherwise send escape sequences (clear the screen, write
 //! the clipboard with OSC 52, retitle the window) or reorder what a reader sees with bidirectional overrides.
-//! [`safe`] writes control characters (C0, DEL, C1) and invisible formatting characters as `\u{..}`. Shared by the
-//! CLI, the controller and the node agent.
+//! [`safe`] writes control characters (C0, DEL, C1, so LF, CR and NEL too) and invisible formatting characters, the
+//! line and paragraph separators among them, as `\u{..}`: text from the cluster never starts a line of its own.
+//! Shared by the CLI, the controller and the node agent.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -13,8 +14,15 @@ fn dangerous(c: char) -> bool {
         || matches!(c,
             // Zero-width and bidirectional marks, embeddings, overrides and isolates; word joiner; BOM.
             '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+            // Line and paragraph separators, which some terminals and viewers break lines at.
+            | '\u{2028}' | '\u{2029}'
             // Interlinear annotation and object replacement markers; language tags.
             | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
+}
+
+/// Whether `c` is one [`safe`] escapes.
+pub fn is_dangerous(c: char) -> bool {
+    dangerous(c)
 }
 
 /// `text` with every dangerous character written as `\u{..}`; borrowed when there is none.
@@ -57,6 +65,7 @@ mod tests {
         // any range fails here.
         let ranges = [
             ('\u{200b}', '\u{200f}'),
+            ('\u{2028}', '\u{2029}'),
             ('\u{202a}', '\u{202e}'),
             ('\u{2060}', '\u{2069}'),
             ('\u{feff}', '\u{feff}'),

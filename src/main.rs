@@ -33,9 +33,9 @@ fn main() -> ExitCode {
 fn refused(error: &clap::Error) -> ExitCode {
     let text = error.render().to_string();
     if error.use_stderr() {
-        cli::text::eprint(&text);
+        cli::text::eprint_document(&text);
     } else {
-        cli::text::print(text.trim_end_matches('\n'));
+        cli::text::print_document(&text);
     }
     ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
 }

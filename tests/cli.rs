@@ -556,3 +556,57 @@ fn make_install_puts_the_cli_and_its_kubectl_plugin_name_on_a_prefix() {
         assert_eq!(stdout(&version), format!("local-registry-publisher {}\n", env!("CARGO_PKG_VERSION")), "{name}");
     }
 }
+
+/// The line breaks and separators a value from the cluster may carry: LF, CR, NEL, and the line and paragraph
+/// separators, each as YAML's double-quoted escape and as the character itself.
+const BREAKS: [(&str, char); 5] =
+    [("\\n", '\n'), ("\\r", '\r'), ("\\N", '\u{85}'), ("\\L", '\u{2028}'), ("\\P", '\u{2029}')];
+
+#[tokio::test]
+async fn line_breaks_from_the_cluster_never_start_a_line_of_their_own_in_any_output() {
+    let s = Scenario::new("cli-breaks").await;
+    // Lines of the report a forger would want: doctor's closing verdict and its heading.
+    let fake = |escape: &str| format!("https://help.example/{escape}== Summary{escape}  all is well{escape}");
+    let count = |text: &str, line: &str| text.lines().filter(|l| *l == line).count();
+    for (escape, character) in BREAKS {
+        // A foreign ConfigMap whose help value holds the break (a reader rejects it, so both commands say 4).
+        let _ = s.configmaps().delete(TARGET, &Default::default()).await;
+        let document = format!("host: \"localhost:5000\"\nhelp: \"{}\"\n", fake(escape));
+        let configmap: ConfigMap = serde_json::from_value(json!({"metadata": {"name": TARGET},
+            "data": {"localRegistryHosting.v1": document}}))
+        .unwrap();
+        s.configmaps().create(&PostParams::default(), &configmap).await.expect("the ConfigMap");
+        let (code, report) = doctor(&s);
+        assert_eq!(code, Some(4), "{escape}: {report}");
+        assert_eq!(count(&report, "== Summary"), 1, "{escape}: a second summary:\n{report}");
+        assert_eq!(count(&report, "  all is well"), 0, "{escape}: a forged verdict:\n{report}");
+        assert!(!report.contains(character) || character == '\n', "{escape}: a raw {character:?}:\n{report:?}");
+        for format in ["text", "json", "yaml"] {
+            let output = stdout(&get(&s, &["-o", format]));
+            assert!(!output.lines().any(|l| l.trim() == "== Summary"), "{escape} {format}:\n{output}");
+            assert!(!output.contains(character) || character == '\n', "{escape} {format}: {output:?}");
+            if format == "json" {
+                let value: serde_json::Value = serde_json::from_str(&output).expect("still JSON");
+                assert!(value.to_string().contains("== Summary"), "the same value, escaped: {output}");
+            }
+        }
+    }
+    // The character itself inside a quoted value, which YAML folds: the stored text is shown as one line.
+    for (escape, character) in BREAKS {
+        let _ = s.configmaps().delete(TARGET, &Default::default()).await;
+        let document =
+            format!("host: \"localhost:5000\"\nhelp: \"{}\"\n", fake(escape).replace(escape, &character.to_string()));
+        let configmap: ConfigMap = serde_json::from_value(json!({"metadata": {"name": TARGET},
+            "data": {"localRegistryHosting.v1": document}}))
+        .unwrap();
+        s.configmaps().create(&PostParams::default(), &configmap).await.expect("the ConfigMap");
+        let (_, report) = doctor(&s);
+        assert_eq!(count(&report, "== Summary"), 1, "{escape} raw: a second summary:\n{report}");
+        assert_eq!(count(&report, "  all is well"), 0, "{escape} raw: a forged verdict:\n{report}");
+        let output = stdout(&get(&s, &[]));
+        assert!(
+            !output.lines().any(|l| l.trim() == "== Summary" || l.trim() == "all is well"),
+            "{escape} raw:\n{output}"
+        );
+    }
+}

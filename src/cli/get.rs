@@ -66,8 +66,8 @@ fn safe_verdict(verdict: Verdict) -> Verdict {
 
 fn print_report(report: &Report, output: OutputFormat) {
     match output {
-        OutputFormat::Json => say!("{}", serde_json::to_string_pretty(report).unwrap_or_default()),
-        OutputFormat::Yaml => say!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        OutputFormat::Json => crate::cli::text::print_document(&crate::cli::text::json(report)),
+        OutputFormat::Yaml => crate::cli::text::print_document(&crate::cli::text::yaml(report)),
         OutputFormat::Text => {
             let Some(text) = &report.document else {
                 say!("Nothing is published: ConfigMap {} does not exist or has no {DATA_KEY}.", report.configmap);
@@ -77,10 +77,11 @@ fn print_report(report: &Report, output: OutputFormat) {
             let whose =
                 if report.ours { "this controller".to_string() } else { format!("{writer}, not this controller") };
             say!("ConfigMap {} (written by {whose}):", report.configmap);
-            for line in text.lines() {
+            for line in crate::cli::readers::document_lines(text) {
                 say!("  {line}");
             }
-            say!("\nWhat each reader will use:");
+            say!();
+            say!("What each reader will use:");
             for verdict in &report.readers {
                 match (&verdict.uses, &verdict.problem, &verdict.note) {
                     (_, Some(problem), _) => say!("  {:<20} PROBLEM: {problem}", verdict.reader),

@@ -39,6 +39,26 @@ pub const SKAFFOLD: &str = "Skaffold";
 pub const IN_CLUSTER: &str = "in-cluster builders";
 pub const LINE_BASED: &str = "line-based readers";
 
+/// The lines `get` and `doctor` show of a published document: its own, when each is a top-level `key: value` (or
+/// blank, or a comment), as every document this controller writes is; otherwise the whole text as one line (escaped
+/// where it is printed), so text in a foreign ConfigMap cannot pass for a line of the report (an indented
+/// `all is well` continues a YAML value, and still parses).
+pub fn document_lines(text: &str) -> Vec<String> {
+    let top_level = |line: &str| {
+        let trimmed = line.trim_end();
+        trimmed.is_empty()
+            || trimmed.starts_with('#')
+            || trimmed
+                .split_once(": ")
+                .is_some_and(|(key, _)| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric()))
+    };
+    if text.lines().all(top_level) && !text.contains(['\r', '\u{85}', '\u{2028}', '\u{2029}']) {
+        text.lines().map(str::to_string).collect()
+    } else {
+        vec![format!("(as stored, not one key per line) {text:?}")]
+    }
+}
+
 /// Every reader's verdict on `text`, the ConfigMap's `localRegistryHosting.v1` value.
 pub fn verdicts(text: &str) -> Vec<Verdict> {
     let document = match LocalRegistryHostingV1::parse(text) {

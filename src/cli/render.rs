@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::core::SelectorExt;
 use serde::Serialize;
 
-use super::text::{say, shout};
+use super::text::shout;
 use super::{EXIT_INVALID, EXIT_NONE, EXIT_READER_REJECTS};
 use crate::publish::{self, Action, Memory};
 use crate::registry::{self, Cluster, MICROK8S, MINIKUBE};
@@ -74,7 +74,7 @@ pub fn render(input: &str, settings: &Settings) -> ExitCode {
             }
             let manifest =
                 Manifest { api_version: "v1", kind: "ConfigMap", metadata: &configmap.metadata, data: &configmap.data };
-            say!("{}", serde_saphyr::to_string(&manifest).unwrap_or_default());
+            crate::cli::text::print_document(&crate::cli::text::yaml(&manifest));
             ExitCode::SUCCESS
         }
         _ if registries.counted.iter().any(|r| r.document.is_err()) => ExitCode::from(EXIT_READER_REJECTS),
@@ -121,7 +121,7 @@ pub fn render_pull_secret(servers: &[String], username: Option<&str>, name: &str
         data: Some([(crate::pull::DATA_KEY.to_string(), k8s_openapi::ByteString(config.into_bytes()))].into()),
         ..Default::default()
     };
-    say!("{}", serde_saphyr::to_string(&secret).unwrap_or_default());
+    crate::cli::text::print_document(&crate::cli::text::yaml(&secret));
     ExitCode::SUCCESS
 }
 

@@ -19,10 +19,17 @@ impl Section {
         self.lines.push(line.into());
     }
 
-    /// Prints its lines, escaped; whether it found something wrong.
+    /// Prints its lines, each escaped whole; whether it found something wrong. A title's leading line break is the
+    /// program's own (every other line starts with spaces before any text from the cluster), and prints a blank line.
     pub(crate) fn show(&self) -> bool {
         for line in &self.lines {
-            print(line);
+            match line.strip_prefix('\n') {
+                Some(title) => {
+                    println!();
+                    print(title);
+                }
+                None => print(line),
+            }
         }
         self.wrong
     }

@@ -41,7 +41,7 @@ impl Document {
         let mut section = Section { lines: vec![format!("== Published: {target}")], wrong: self.status != 0 };
         match self.text.as_deref().filter(|t| !t.trim().is_empty()) {
             None => section.say("  nothing"),
-            Some(text) => text.lines().for_each(|line| section.say(format!("  {line}"))),
+            Some(text) => readers::document_lines(text).into_iter().for_each(|line| section.say(format!("  {line}"))),
         }
         for verdict in &self.verdicts {
             if let Some(problem) = &verdict.problem {
@@ -329,7 +329,15 @@ pub fn from_a_pod(probed: &ProbePod) -> Section {
         ProbePod::NotStarted { namespace, error } => {
             (format!("  cannot start a probe pod in {namespace}: {error}"), false)
         }
-        ProbePod::Finished { succeeded, logs } => (format!("  {}", logs.trim()), *succeeded),
+        // The probe's own output, one line per address it probed, each escaped by the probe as it printed it.
+        ProbePod::Finished { succeeded, logs } => {
+            let lines: Vec<String> = logs.trim().lines().map(|line| format!("  {line}")).collect();
+            let last = lines.len().saturating_sub(1);
+            for line in &lines[..last] {
+                section.say(line.clone());
+            }
+            (lines.get(last).cloned().unwrap_or_default(), *succeeded)
+        }
         ProbePod::Stuck(why) => (format!("  the probe pod could not run: {why}; it was removed"), false),
         ProbePod::Unfinished { phase, after } => {
             (format!("  the probe pod did not finish within {after:?} (phase {phase:?}); it was removed"), false)

@@ -63,7 +63,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
         wrong.push("From this machine");
     }
 
-    say!("\n== From the cluster (what the controller sees and decides)");
+    say!();
+    say!("== From the cluster (what the controller sees and decides)");
     say!("  settings: {source}");
     say!("  reading the registries, their endpoints and the ConfigMap...");
     let Some(cluster) = gather::snapshot(&client, settings).await else {
@@ -109,7 +110,8 @@ pub async fn doctor(client: Client, flags: &Settings, from_cluster: Option<FromC
     }
 
     if let Some(from_cluster) = from_cluster {
-        say!("\n== From a pod");
+        say!();
+        say!("== From a pod");
         match document.document.host_from_cluster_network.as_ref().or(document.document.host.as_ref()) {
             Some(address) => {
                 let probed = match gather::start_probe_pod(&client, &from_cluster, address).await {
