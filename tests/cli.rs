@@ -511,6 +511,34 @@ async fn a_look_alike_controller_pod_that_an_edit_user_creates_is_reported_and_n
     assert!(text.contains(&reported) && text.contains("not the controller, not used"), "{text}");
     assert!(!text.contains("evil.example"), "{text}");
     assert!(text.contains(&format!("controller pod {0}/lrp-controller-{0}: Running", s.ns)), "{text}");
+
+    // A cluster-wide `view` user may not create SubjectAccessReviews: neither pod can be verified, so neither is
+    // taken for the controller (the look-alike sorts first), and doctor says so.
+    let kubectl = |args: &[&str]| ok(support::tool(plane, "kubectl", args));
+    kubectl(&["create", "serviceaccount", "viewer", "-n", &tenant_ns]);
+    let binding = format!("viewer-{tenant_ns}");
+    let subject = format!("--serviceaccount={tenant_ns}:viewer");
+    kubectl(&["create", "clusterrolebinding", &binding, "--clusterrole=view", &subject]);
+    let token = kubectl(&["create", "token", "viewer", "-n", &tenant_ns]);
+    let viewer = token_kubeconfig(token.trim(), &binding);
+    let (namespace, watch) = (format!("--configmap-namespace={}", s.ns), format!("--watch-namespaces={}", s.ns));
+    let listed = wait_until(SOON, || async {
+        let output = run(&["doctor", &format!("--kubeconfig={}", viewer.display()), &namespace, &watch], None);
+        let text = stdout(&output);
+        text.contains("aaa-controller looks like a controller (its labels)").then_some(text)
+    })
+    .await;
+    let text = listed.unwrap_or_else(|| panic!("the view user's doctor never listed the pods"));
+    let unverified = format!(
+        "pod {tenant_ns}/aaa-controller looks like a controller (its labels): Running, but could not be verified"
+    );
+    assert!(text.contains(&unverified) && text.contains("so it is not used"), "{text}");
+    assert!(
+        text.contains("settings: this command's flags (a pod that looks like the controller could not be verified"),
+        "{text}"
+    );
+    assert!(!text.contains("evil.example") && !text.contains("settings: those of controller pod"), "{text}");
+    kubectl(&["delete", "clusterrolebinding", &binding]);
     controller.stop().await;
     plane.delete_namespace(&s.client, &tenant_ns).await.expect("delete namespace");
 }

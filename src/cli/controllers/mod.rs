@@ -26,11 +26,12 @@ pub struct ControllerPod {
 }
 
 impl ControllerPod {
-    /// Whether doctor takes this pod for the controller: unless the API server said its ServiceAccount may not write
-    /// the ConfigMap. With no answer (this identity may not ask) it counts, marked unverified where it is listed: a
-    /// read-only user would otherwise be told that no controller runs at all.
+    /// Whether doctor takes this pod for the controller: only when the API server said its ServiceAccount may write
+    /// the ConfigMap. With no answer (this identity may not create SubjectAccessReviews, as a cluster-wide `view`
+    /// user may not) a look-alike could not be told from the controller, so none is used: doctor judges by its own
+    /// flags and says it could not verify the pod.
     pub fn counts(&self) -> bool {
-        self.genuine != Some(false)
+        self.genuine == Some(true)
     }
 
     /// Whether `instance` (an Event's `reportingInstance`) names this pod or another pod of its Deployment.
@@ -92,7 +93,7 @@ mod tests {
     fn a_pod_counts_as_the_controller_unless_its_service_account_may_not_write_the_configmap() {
         let answered = |genuine| ControllerPod { genuine, ..pod("lrp-7d9f8b6c5d-x2x4z", Some("lrp")) };
         assert!(answered(Some(true)).counts());
-        assert!(answered(None).counts(), "no answer from the API server is marked unverified, not dropped");
+        assert!(!answered(None).counts(), "no answer from the API server: not taken for the controller");
         assert!(!answered(Some(false)).counts());
     }
 

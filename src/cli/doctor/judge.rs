@@ -146,9 +146,17 @@ pub fn from_the_cluster(found: &Cluster) -> Section {
             _ => said(&registry.id),
         };
         section.say(format!("  {} ({state}): {verdict}", registry.id));
-        let (verified, claimed) = last_event(events, &registry.id, &genuine);
-        if let Some((reason, note)) = verified {
-            section.say(format!("    the controller's last Event on it: {reason}: {note}"));
+        let (last, claimed) = last_event(events, &registry.id, &genuine);
+        match last {
+            Some(LastEvent { verified: true, reason, note, .. }) => {
+                section.say(format!("    the controller's last Event on it: {reason}: {note}"))
+            }
+            Some(LastEvent { verified: false, writer, reason, note }) => section.say(format!(
+                "    its last Event naming a controller pod (not verified: written in namespace {}, where anyone who \
+                 may create Events can write one; by {writer}): {reason}: {note}",
+                registry.id.namespace
+            )),
+            None => {}
         }
         unverified += claimed;
     }
@@ -191,22 +199,44 @@ pub fn from_the_cluster(found: &Cluster) -> Section {
     section
 }
 
-/// The newest Event on a registry Service that the controller recorded (its `reportingInstance` is a pod of the
-/// controller's Deployment, running now or replaced since), and how many others claim to be the controller's
-/// without naming one: anyone who may create Events can write `reportingController: local-registry-publisher`.
+/// The newest Event on a registry Service that names a pod of the controller's Deployment (running now or replaced
+/// since) as its `reportingInstance`.
+struct LastEvent {
+    /// Nobody but a cluster admin can have written it: it is in the controller's own namespace, which only cluster
+    /// admins write (README, Security model). Anywhere else anyone who may create Events there can set any
+    /// `reportingController` and `reportingInstance`.
+    verified: bool,
+    /// `reportingController/reportingInstance`, as it says.
+    writer: String,
+    reason: String,
+    note: String,
+}
+
+/// The newest Event on a registry Service naming a controller pod (see [`LastEvent`]), and how many others claim to
+/// be the controller's without naming one: anyone who may create Events can write `reportingController:
+/// local-registry-publisher`.
 fn last_event(
     events: &BTreeMap<String, Vec<Event>>,
     id: &registry::ServiceId,
     controllers: &[&ControllerPod],
-) -> (Option<(String, String)>, usize) {
+) -> (Option<LastEvent>, usize) {
     let on_it = events.get(&id.namespace).into_iter().flatten();
     let on_it = on_it.filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(id.name.as_str()));
-    let tied = |e: &&Event| e.reporting_instance.as_deref().is_some_and(|i| controllers.iter().any(|p| p.made(i)));
-    let (verified, claimed): (Vec<&Event>, Vec<&Event>) = on_it.partition(tied);
-    let newest = verified
-        .into_iter()
-        .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
-        .map(|e| (e.reason.clone().unwrap_or_default(), e.note.clone().unwrap_or_default()));
+    let maker = |e: &Event| {
+        let instance = e.reporting_instance.as_deref()?;
+        controllers.iter().find(|p| p.made(instance))
+    };
+    let (named, claimed): (Vec<&Event>, Vec<&Event>) = on_it.partition(|e| maker(e).is_some());
+    let newest = named.into_iter().max_by_key(|e| e.event_time.as_ref().map(|t| t.0)).map(|e| LastEvent {
+        verified: maker(e).is_some_and(|pod| pod.namespace == id.namespace),
+        writer: format!(
+            "{}/{}",
+            e.reporting_controller.as_deref().unwrap_or_default(),
+            e.reporting_instance.as_deref().unwrap_or_default()
+        ),
+        reason: e.reason.clone().unwrap_or_default(),
+        note: e.note.clone().unwrap_or_default(),
+    });
     (newest, claimed.len())
 }
 
@@ -226,8 +256,9 @@ pub fn controllers(pods: &Result<Vec<ControllerPod>, ()>, leases: &[Lease]) -> S
         section.say(match pod.genuine {
             Some(true) => format!("  controller pod {namespace}/{name}: {phase}"),
             None => format!(
-                "  controller pod {namespace}/{name}: {phase} (not verified: this identity cannot ask whether its \
-                 ServiceAccount may write the ConfigMap)"
+                "  pod {namespace}/{name} looks like a controller (its labels): {phase}, but could not be verified \
+                 (this identity may not create SubjectAccessReviews to ask whether its ServiceAccount may write the \
+                 ConfigMap), so it is not used: its settings and Events are not read as the controller's"
             ),
             Some(false) => format!(
                 "  pod {namespace}/{name} looks like a controller (its labels) but its ServiceAccount {} may not write \
@@ -407,6 +438,13 @@ pub fn effective_settings(flags: &Settings, pods: &Result<Vec<ControllerPod>, ()
             let source = format!("those of controller pod {}/{} (its arguments)", pod.namespace, pod.name);
             return Effective { settings, node_plan, source, kept: true };
         }
+    }
+    if pods.iter().any(|p| p.genuine.is_none()) {
+        return flags_alone(
+            "this command's flags (a pod that looks like the controller could not be verified with this identity, \
+             which may not create SubjectAccessReviews; see below)"
+                .into(),
+        );
     }
     flags_alone(format!("this command's flags (no running controller pod publishes {})", flags.target()))
 }

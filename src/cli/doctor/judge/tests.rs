@@ -232,7 +232,21 @@ fn only_events_a_controller_pod_made_are_shown_the_newest_and_the_others_are_cou
         event("other", "lrp-7d9f8b6c5-x2k4p", "Elsewhere", 9),
         event("zot", "forger", "Forged", 9),
     ];
-    let said = text(&cluster(&registries, &decision, Some(&stored), true, events, &pods));
+    let said = text(&cluster(&registries, &decision, Some(&stored), true, events.clone(), &pods));
+    // In the registry's namespace anyone who may create Events could have written it: shown, not as the controller's.
+    assert!(
+        said.contains(
+            "    its last Event naming a controller pod (not verified: written in namespace reg, where anyone who may \
+             create Events can write one; by /lrp-1a2b3c4d5-zzzzz): Newest: Newest note"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("the controller's last Event"), "{said}");
+    // In the controller's own namespace (cluster admins only), it is the controller's.
+    let mut at_home = pod("lrp-7d9f8b6c5-x2k4p", Some(true));
+    at_home.namespace = "reg".into();
+    let at_home = vec![at_home];
+    let said = text(&cluster(&registries, &decision, Some(&stored), true, events, &Ok(at_home)));
     assert!(said.contains("    the controller's last Event on it: Newest: Newest note"), "{said}");
     assert!(
         said.contains("  1 Event(s) on these registries claim to come from the controller but name none"),
@@ -267,8 +281,9 @@ fn controller_pods_are_listed_as_the_api_server_judged_them_and_a_lease_only_whe
         section.lines,
         [
             "  controller pod lrp/lrp-a: Running",
-            "  controller pod lrp/lrp-b: Running (not verified: this identity cannot ask whether its ServiceAccount \
-             may write the ConfigMap)",
+            "  pod lrp/lrp-b looks like a controller (its labels): Running, but could not be verified (this identity \
+             may not create SubjectAccessReviews to ask whether its ServiceAccount may write the ConfigMap), so it is \
+             not used: its settings and Events are not read as the controller's",
             "  pod lrp/lrp-c looks like a controller (its labels) but its ServiceAccount lrp may not write the \
              ConfigMap: not the controller, not used",
             "  leader Lease lrp/lrp-leader: held by lrp-a_x1",
@@ -284,7 +299,7 @@ fn leases_are_read_in_each_namespace_of_a_counting_pod_once() {
     let mut elsewhere = pod("lrp-x", None);
     elsewhere.namespace = "tools".into();
     let pods = Ok(vec![pod("lrp-a", Some(true)), pod("lrp-b", Some(true)), pod("fake", Some(false)), elsewhere]);
-    assert_eq!(lease_namespaces(&pods), ["lrp", "tools"]);
+    assert_eq!(lease_namespaces(&pods), ["lrp"], "a pod not verified is not taken for the controller");
     let mut fake = pod("fake", Some(false));
     fake.namespace = "tenant".into();
     assert!(lease_namespaces(&Ok(vec![fake])).is_empty());
