@@ -1134,6 +1134,13 @@ async fn the_chart_rbac_grants_nothing_more_and_lets_every_reader_get_the_docume
     );
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(controller.clone(), ns);
     forbidden(leases.delete(RBAC_ACCOUNT, &DeleteParams::default()).await, "deleting its Lease");
+    // Scaling its own Deployment is the uninstall hook's, under a ServiceAccount of its own made only for it.
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(controller.clone(), ns);
+    let scale = json!({"spec": {"replicas": 0}});
+    forbidden(
+        deployments.patch(RBAC_ACCOUNT, &PatchParams::default(), &Patch::Merge(&scale)).await,
+        "scaling its own Deployment",
+    );
     forbidden(
         Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(controller.clone(), "kube-system")
             .list(&Default::default())
@@ -1560,6 +1567,46 @@ fn the_relay_renders_the_admins_registries_as_one_flag_and_puts_the_agents_on_th
         assert!(!output.status.success(), "{values} was accepted");
         assert!(stderr.contains(needle), "{values}: {stderr}");
     }
+}
+
+#[test]
+fn the_readmes_rbac_table_names_every_role_and_cluster_role_the_chart_makes_and_no_other() {
+    // Every option on, once cluster-wide and once with watched namespaces; hooks included.
+    let all_on = root().join("charts/local-registry-publisher/ci/all-on-values.yaml").display().to_string();
+    let mut made: BTreeSet<(String, String)> = BTreeSet::new();
+    for extra in ["registry.builtin=true", "registry.watchNamespaces={a,b},registry.builtin=false"] {
+        let values = format!("{extra},pullSecrets.serviceAccounts={{default}}");
+        let rendered = ok(tool("helm", &["template", "lrp", &chart(), "-f", &all_on, "--set", &values]));
+        for kind in ["Role", "ClusterRole"] {
+            for object in rendered_objects(&rendered, kind) {
+                let name = object["metadata"]["name"].as_str().expect("a name");
+                let suffix = name.strip_prefix("lrp-local-registry-publisher").expect("named after the release");
+                let named = format!("<fullname>{}", suffix.replace("mirror-0", "mirror-<n>"));
+                made.insert((named, kind.to_string()));
+            }
+        }
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let table = readme.split("| name | kind | where | bound to | made when | for |").nth(1).expect("the RBAC table");
+    let listed: BTreeSet<(String, String)> = table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
+        })
+        .collect();
+    assert_eq!(
+        made.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "made, not in the README"
+    );
+    assert_eq!(
+        listed.difference(&made).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "in the README, not made"
+    );
 }
 
 /// The shipped dashboard, as the chart carries it.

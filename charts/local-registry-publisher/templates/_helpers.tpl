@@ -351,3 +351,10 @@ upgrade that changes nothing of the controller leaves the plan current. */}}
 {{- define "lrp.planStamp" -}}
 {{- printf "%s\n%s" (include "lrp.controllerArgs" .) (include "lrp.image" .) | sha256sum | trunc 16 -}}
 {{- end -}}
+
+{{/* The uninstall hook's own ServiceAccount and Roles: made just before its Job (a lower weight), deleted with it. */}}
+{{- define "lrp.hookRbacAnnotations" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: "-5"
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
