@@ -54,6 +54,9 @@ const WINNER_CHANGES: usize = 5;
 const UNRELATED_NAMESPACES: usize = 1000;
 const SERVICES_PER_NAMESPACE: usize = 10;
 const REGISTRY_STEPS: [usize; 4] = [0, 250, 500, 1000];
+/// Services a tenant annotates fatly, and how fat: the most an annotation may hold.
+const FAT_SERVICES: usize = 500;
+const FAT_ANNOTATION: usize = 256 * 1024 - 1024;
 const CROWDED: usize = 2000;
 const LABEL: &str = "local-registry-publisher.io/registry";
 const DATA_KEY: &str = "localRegistryHosting.v1";
@@ -480,6 +483,36 @@ async fn main() {
     deployments.patch("registry", &params, &deployment(false)).await.expect("deployment");
     settle().await;
     stages.push(("its label removed".into(), measure(&contenders)));
+
+    // A tenant with `edit` in a namespace that is not allowed: Services carrying 256 KiB annotations of ours, and a
+    // labelled Deployment that once made every Service of the namespace watched, annotations and all.
+    let fat = plane.namespace(&client, "fat").await.expect("namespace");
+    let fat_services: Api<Service> = Api::namespaced(client.clone(), &fat);
+    futures::stream::iter(0..FAT_SERVICES)
+        .for_each_concurrent(8, |i| {
+            let api = fat_services.clone();
+            async move {
+                let service: Service = serde_json::from_value(json!({
+                    "metadata": {"name": format!("fat-{i:03}"), "annotations": {
+                        "local-registry-publisher.io/host-from-cluster-network": "x".repeat(FAT_ANNOTATION)}},
+                    "spec": {"selector": {"app": "registry"}, "ports": [{"port": 5000}]}}))
+                .expect("a Service");
+                api.create(&PostParams::default(), &service).await.expect("a fat Service");
+            }
+        })
+        .await;
+    let fat_deployments: Api<Deployment> = Api::namespaced(client.clone(), &fat);
+    fat_deployments.patch("registry", &params, &deployment(true)).await.expect("deployment");
+    settle().await;
+    stages.push((
+        format!("{FAT_SERVICES} Services with 256 KiB annotations of ours and a labelled Deployment, in a namespace not allowed"),
+        measure(&contenders),
+    ));
+    // The allowed registry is still published as it was.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ours_ns);
+    let published = configmaps.get("local-registry-hosting").await.expect("still published");
+    let text = published.data.unwrap_or_default().remove("localRegistryHosting.v1").unwrap_or_default();
+    assert!(text.contains(":30700"), "the allowed registry is no longer published: {text}");
     for contender in contenders {
         contender.stop();
     }

@@ -30,8 +30,14 @@ pub mod service {
     /// bundle a TLS registry's certificate chains to, which the node agent gives each node's containerd (see
     /// `crate::node`).
     pub const CA_BUNDLE: &str = "local-registry-publisher.io/ca-bundle";
-    /// Every annotation of ours starts with this; stored Services keep only these.
+    /// Every annotation of ours starts with this.
     pub const PREFIX: &str = "local-registry-publisher.io/";
+    /// Every annotation the controller reads on a Service: stored Services keep only these, each capped.
+    pub const READ: [&str; 8] =
+        [PORT, HOST, HOST_FROM_CONTAINER_RUNTIME, HOST_FROM_CLUSTER_NETWORK, HELP, PRIORITY, PULL_SECRET, CA_BUNDLE];
+    /// The longest value of one the controller keeps: the longest a value it reads may be (a help URL's 2048
+    /// characters) and some. A longer one is kept as a note of its size, which no rule accepts.
+    pub const VALUE_CAP: usize = 4096;
 }
 
 /// Labels a cluster admin sets on namespaces (tenants with the built-in `admin` or `edit` roles cannot).

@@ -8,18 +8,26 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::api::ObjectMeta;
 
-use crate::keys::service::PREFIX;
+use crate::keys::service::{READ, VALUE_CAP};
 use crate::watching::Keep;
 
-/// The metadata nothing here reads: field managers, owners, finalizers, and annotations other than ours (such as
-/// kubectl's last-applied-configuration, a whole copy of the object).
+/// The metadata nothing here reads: field managers, owners, finalizers, and annotations other than the ones the
+/// controller reads (such as kubectl's last-applied-configuration, a whole copy of the object). A value longer than
+/// any the controller accepts ([`VALUE_CAP`]) is kept as a note of its size, which every rule refuses, so a Service
+/// with 256 KiB annotations costs what one with short ones does.
 fn metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     meta.owner_references = None;
     meta.finalizers = None;
     meta.generate_name = None;
     if let Some(annotations) = &mut meta.annotations {
-        annotations.retain(|key, _| key.starts_with(PREFIX));
+        annotations.retain(|key, _| READ.contains(&key.as_str()));
+        for value in annotations.values_mut() {
+            if value.len() > VALUE_CAP {
+                *value =
+                    format!("(a value of {} bytes, longer than the {VALUE_CAP} the controller reads)", value.len());
+            }
+        }
     }
 }
 
@@ -226,5 +234,26 @@ mod tests {
 
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
         assert_eq!(<String as Keep<Namespace>>::keep(namespace), "team-a");
+    }
+
+    #[test]
+    fn a_fat_annotation_is_kept_as_a_note_of_its_size_and_one_nothing_reads_not_at_all() {
+        let fat = "x".repeat(256 * 1024);
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "zot", "namespace": "tenant", "annotations": {
+                "local-registry-publisher.io/host": fat,
+                "local-registry-publisher.io/help": "https://help.example/",
+                "local-registry-publisher.io/anything": fat,
+            }},
+        }))
+        .unwrap();
+        let kept = Service::keep(svc);
+        let annotations = kept.metadata.annotations.expect("ours");
+        assert_eq!(annotations.len(), 2, "only the annotations the controller reads: {:?}", annotations.keys());
+        assert_eq!(annotations["local-registry-publisher.io/help"], "https://help.example/");
+        let host = &annotations["local-registry-publisher.io/host"];
+        assert!(host.len() < 100 && host.contains("262144 bytes"), "{host}");
+        // No rule takes the note for a value.
+        assert!(crate::hosting::Field::Host.check(host).is_err());
     }
 }

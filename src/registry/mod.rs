@@ -67,6 +67,8 @@ pub struct Candidates<'a> {
     found: Vec<(&'a Arc<Service>, Origin, bool)>,
     /// Labelled Services in namespaces that are not allowed, seen by their identity only.
     ignored: Vec<&'a Identity>,
+    /// Labelled workloads in namespaces that are not allowed: told on themselves, their namespace's Services unwatched.
+    ignored_workloads: Vec<&'a Workload>,
     /// Allowed namespaces that hold labelled Services, seen by their identities.
     labelled_namespaces: BTreeSet<String>,
 }
@@ -77,6 +79,7 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
         index: std::cell::OnceCell::new(),
         found: Vec::new(),
         ignored: Vec::new(),
+        ignored_workloads: Vec::new(),
         labelled_namespaces: BTreeSet::new(),
     };
     // A Service found several ways counts once, by the first way.
@@ -92,9 +95,14 @@ pub fn survey<'a>(cluster: &'a Cluster, settings: &Settings) -> Candidates<'a> {
         add(service, Origin::Labelled, &mut candidates.found);
     }
     for workload in cluster.workloads() {
+        let origin = Origin::Workload { kind: workload.kind, name: workload.name.clone() };
+        // Nothing of a namespace that is not allowed is watched beyond what its refusal needs: the workload itself.
+        if !allowed(&workload.namespace, &origin, cluster, settings) {
+            candidates.ignored_workloads.push(workload);
+            continue;
+        }
         for service in cluster.namespace_services.iter().filter(|s| selects(s, workload)) {
-            let origin = Origin::Workload { kind: workload.kind, name: workload.name.clone() };
-            add(service, origin, &mut candidates.found);
+            add(service, origin.clone(), &mut candidates.found);
         }
     }
     if settings.builtin_registries {
@@ -146,6 +154,12 @@ impl<'a> Candidates<'a> {
             reference: identity.reference(),
         });
         registries.ignored.extend(ignored);
+        let workloads = self.ignored_workloads.iter().map(|workload| Ignored {
+            id: ServiceId { namespace: workload.namespace.clone(), name: workload.name.clone() },
+            origin: Origin::Workload { kind: workload.kind, name: workload.name.clone() },
+            reference: workload.reference(),
+        });
+        registries.ignored.extend(workloads);
         registries.counted.sort_by(|a, b| a.rank_key().cmp(&b.rank_key()));
         registries.ignored.sort_by(|a, b| a.id.cmp(&b.id));
         registries
@@ -157,7 +171,13 @@ impl<'a> Candidates<'a> {
         let cluster = self.cluster;
         let mut interest = Interest::default();
         watched::fixed(&mut interest, settings);
-        let workload_namespaces: BTreeSet<&str> = cluster.workloads().iter().map(|w| w.namespace.as_str()).collect();
+        let ignored: BTreeSet<&str> = self.ignored_workloads.iter().map(|w| w.namespace.as_str()).collect();
+        let workload_namespaces: BTreeSet<&str> = cluster
+            .workloads()
+            .iter()
+            .map(|w| w.namespace.as_str())
+            .filter(|namespace| !ignored.contains(namespace))
+            .collect();
         interest.namespace_services = workload_namespaces.into_iter().map(WatchKey::in_namespace).collect();
         let mut pod_selectors: BTreeSet<(&str, &PodSelector)> = BTreeSet::new();
         let mut endpoint_services: BTreeSet<ServiceId> = BTreeSet::new();
@@ -328,16 +348,21 @@ mod tests {
         let found = |settings: &Settings| -> Vec<(String, Origin)> {
             survey(&cluster, settings).found.into_iter().map(|(s, origin, _)| (s.name_any(), origin)).collect()
         };
+        let allowed = Settings { allowed_namespaces: vec!["reg".into()], ..Settings::default() };
         assert_eq!(
-            found(&Settings::default()),
+            found(&allowed),
             [
                 ("zot".into(), Origin::Labelled),
                 ("registry".into(), Origin::Workload { kind: "Deployment", name: "registry".into() }),
                 ("registry".into(), Origin::Minikube),
             ]
         );
-        let settings = Settings { builtin_registries: false, ..Settings::default() };
+        let settings = Settings { builtin_registries: false, ..allowed };
         assert_eq!(found(&settings).len(), 2);
+        // Where the namespace is not allowed, a workload's Services are not looked at: the workload is told.
+        let candidates = survey(&cluster, &Settings::default());
+        assert_eq!(candidates.found.len(), 2, "the labelled Service and minikube's");
+        assert_eq!(candidates.ignored_workloads.len(), 1);
     }
 
     #[test]
@@ -350,7 +375,7 @@ mod tests {
         cluster.labelled_identities = ["zot", "listing"].map(|name| identity("reg", name)).to_vec();
         cluster.labelled_identities.extend(["hijack", "builds"].map(|name| identity("tenant", name)));
         cluster.labelled_services.push(service("reg", "zot").port(None, 5000, Some(30500)).type_("NodePort").build());
-        // Also a labelled workload's Service: found whole, and told once.
+        // Also a labelled workload, whose Service is labelled too.
         cluster.deployments.push(workload("tenant", "builder", &[("app", "builder")]));
         cluster.namespace_services.push(service("tenant", "builds").selector(&[("app", "builder")]).build());
         let settings = Settings { allowed_namespaces: vec!["reg".into()], ..Settings::default() };
@@ -359,6 +384,7 @@ mod tests {
         let interest = candidates.interest(&settings);
         let selector = settings.registry_selector.to_string();
         assert_eq!(keys(&interest.labelled_services), [("reg".to_string(), selector)]);
+        assert!(interest.namespace_services.is_empty(), "no Service of a namespace not allowed is watched");
         assert!(interest.pods.is_empty(), "{interest:?}");
         let registries = candidates.registries(&settings);
         let counted: Vec<&str> = registries.counted.iter().map(|r| r.id.name.as_str()).collect();
@@ -367,8 +393,15 @@ mod tests {
         let ignored: Vec<(&str, &Origin)> =
             registries.ignored.iter().map(|r| (r.id.name.as_str(), &r.origin)).collect();
         let builder = Origin::Workload { kind: "Deployment", name: "builder".into() };
-        assert_eq!(ignored, [("builds", &builder), ("hijack", &Origin::Labelled)]);
-        let hijack = &registries.ignored[1].reference;
+        // The workload is told, on itself: its namespace's Services are not watched to find the one selecting it.
+        // Its labelled Service is told by its identity, as any other there.
+        assert_eq!(ignored, [("builder", &builder), ("builds", &Origin::Labelled), ("hijack", &Origin::Labelled)]);
+        let deployment = &registries.ignored[0].reference;
+        assert_eq!(
+            (deployment.kind.as_deref(), deployment.api_version.as_deref(), deployment.name.as_deref()),
+            (Some("Deployment"), Some("apps/v1"), Some("builder"))
+        );
+        let hijack = &registries.ignored[2].reference;
         assert_eq!(
             (hijack.kind.as_deref(), hijack.api_version.as_deref(), hijack.uid.as_deref()),
             (Some("Service"), Some("v1"), Some("uid-hijack"))

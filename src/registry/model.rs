@@ -54,6 +54,17 @@ impl Workload {
             pod_labels: pod_labels.unwrap_or_default(),
         }
     }
+
+    /// The workload, as an Event about it names it.
+    pub fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some(self.kind.into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            ..ObjectReference::default()
+        }
+    }
 }
 
 /// namespace/name of a Service.
