@@ -31,7 +31,7 @@ use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::{HEARTBEAT, Health, Task};
 use crate::node::api::state::ConfigPathCheck;
-use crate::node::api::state::{Agent, NodeState, PlanApplied, STALE_AFTER_RESYNCS};
+use crate::node::api::state::{Agent, NodePullState, NodeState, PlanApplied, STALE_AFTER_RESYNCS};
 use crate::node::{NodePlan, PLAN_FORMAT, PLAN_KEY};
 pub use metrics::AgentMetrics;
 use runtime::containerd::{Containerd, hosts::Owner};
@@ -100,7 +100,17 @@ pub async fn run(
     let api = Api::<ConfigMap>::namespaced(client.clone(), &settings.namespace);
     let config = watcher::Config::default().fields(&crate::watching::name_selector(&settings.configmap));
     let events = watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP));
-    futures::pin_mut!(events, shutdown);
+    // Its own state, by name: anyone else's write to it is undone at once (the chart's admission policy keeps other
+    // nodes' agents out; a cluster admin's hand is not).
+    let own_state = match settings.node_name.as_deref() {
+        Some(node) => {
+            let api = Api::<NodePullState>::namespaced(client.clone(), &settings.namespace);
+            let config = watcher::Config::default().fields(&crate::watching::name_selector(node));
+            watcher(api, config).backoff(backoff::exponential(backoff::WATCH_CAP)).boxed()
+        }
+        None => futures::stream::pending().boxed(),
+    };
+    futures::pin_mut!(events, shutdown, own_state);
     let mut resync = tokio::time::interval(settings.resync);
     // Ready once a plan was read; live while this loop turns.
     health.start(Task::NodeAgent);
@@ -142,6 +152,20 @@ pub async fn run(
                     continue;
                 }
                 None => break,
+            },
+            event = own_state.next() => match (event, &mut state) {
+                (Some(Ok(Event::Apply(found) | Event::InitApply(found))), Some(writer)) => {
+                    if !writer.overwritten(&found) {
+                        continue;
+                    }
+                    warn!("this node's NodePullState was changed by someone else; writing what this agent found again");
+                }
+                (Some(Ok(Event::Delete(_))), Some(writer)) => writer.forget(),
+                (Some(Err(error)), _) => {
+                    warn!(%error, "watching this node's state failed; retrying");
+                    continue;
+                }
+                _ => continue,
             },
             _ = heartbeat.tick() => {
                 health.beat(Task::NodeAgent, true);

@@ -24,6 +24,9 @@ pub struct StateWriter {
     /// What the object holds as far as this agent knows, without its times, and its conditions as written.
     written: Option<(NodeState, Configured, Option<RelayServing>)>,
     conditions: Vec<Condition>,
+    /// The whole status last written, times and conditions included: what the object holds unless someone else
+    /// changed it.
+    sent: Option<NodeState>,
 }
 
 impl StateWriter {
@@ -38,6 +41,7 @@ impl StateWriter {
             owner: None,
             written: None,
             conditions: Vec::new(),
+            sent: None,
         }
     }
 
@@ -74,12 +78,30 @@ impl StateWriter {
             "apiVersion": NodePullState::api_version(&()),
             "kind": NodePullState::kind(&()),
             "metadata": metadata,
-            "status": status,
+            "status": &status,
         });
         self.api.patch(&self.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(object)).await?;
         self.written = Some((found, configured.clone(), relay.cloned()));
         self.conditions = conditions;
+        self.sent = Some(status);
         Ok(true)
+    }
+
+    /// Whether `object` (the node's state as its watch sees it) holds something else than this agent wrote: written
+    /// by someone else (any holder of the agents' ServiceAccount, or a cluster admin). The next [`Self::keep`] then
+    /// writes what the agent found again. A state this agent has not written yet is not judged.
+    pub fn overwritten(&mut self, object: &NodePullState) -> bool {
+        let changed = self.sent.as_ref().is_some_and(|sent| object.status.as_ref() != Some(sent));
+        if changed {
+            self.written = None;
+        }
+        changed
+    }
+
+    /// The object is gone (deleted by someone else): the next [`Self::keep`] makes it again.
+    pub fn forget(&mut self) {
+        self.written = None;
+        self.sent = None;
     }
 
     /// Deletes the object, as an agent whose DaemonSet is gone leaves: a state a later agent of a new DaemonSet has

@@ -510,7 +510,11 @@ pub async fn create_foreign_configmap(scenario: &Scenario, text: &str) -> Config
 
 /// A kubeconfig for the shared control plane that authenticates with `token` and nothing else.
 pub fn token_kubeconfig(token: &str, name: &str) -> std::path::PathBuf {
-    let plane = ControlPlane::shared();
+    token_kubeconfig_for(ControlPlane::shared(), token, name)
+}
+
+/// A kubeconfig for `plane` that authenticates with `token` and nothing else.
+pub fn token_kubeconfig_for(plane: &ControlPlane, token: &str, name: &str) -> std::path::PathBuf {
     let path = plane.dir().join(format!("{name}.kubeconfig"));
     let ca = plane.dir().join("pki/ca.crt");
     std::fs::write(

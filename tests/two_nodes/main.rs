@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod own_state;
 mod relay;
 
 use std::path::Path;

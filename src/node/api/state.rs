@@ -3,8 +3,9 @@
 //! agent's Events and metrics are derived from. Events expire (the API server drops them after `--event-ttl`, an
 //! hour by default) and are prose; this object is structured, lasts as long as the node's agent, and only the
 //! agents' ServiceAccount (and cluster admins) may write it: the chart's CustomResourceDefinition, generated from
-//! this type (`local-registry-publisher crd`), is aggregated to no built-in role. An agent writes it only when what
-//! it found changed, so a settled node costs no write.
+//! this type (`local-registry-publisher crd`), is aggregated to no built-in role, and the chart's admission policy
+//! admits an agent's write only for the node its token is bound to. An agent writes it only when what it found
+//! changed, so a settled node costs no write, and writes it again when anyone else changed it.
 //!
 //! The state is all `status`, and has no status subresource: the agent writes its object whole, in one request
 //! that also creates it on a node's first pass.
