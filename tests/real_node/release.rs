@@ -1,5 +1,5 @@
 //! The release path end to end: the packaged chart and image installed from the cluster's own registry, upgraded
-//! and uninstalled.
+//! and uninstalled; and the wait the docs give right after `helm install` or `upgrade`, tried as written.
 
 use super::*;
 
@@ -155,5 +155,113 @@ async fn the_released_chart_and_image_install_from_the_clusters_registry_upgrade
         wait_until(SOON_ON_A_NODE, || async { release_objects("published").trim().is_empty().then_some(()) }).await;
     assert!(left.is_some(), "objects remain after uninstall: {}", release_objects("published"));
     assert_eq!(published(&client, &ns, "hosting").await, None, "uninstall withdrew the ConfigMap");
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
+
+/// The release the documented wait is tried on (the docs name the README's, `local-registry-publisher`).
+const RELEASE_OF_THE_WAITS: &str = "waits";
+
+/// The wait docs/node-pulls.md gives right after `helm install` or `upgrade`, as written, for the release in `ns` and
+/// this node: each line run as a shell command with the namespace and node put in.
+fn documented_wait(ns: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(root().join("docs/node-pulls.md")).expect("docs/node-pulls.md");
+    let from = doc.find("To wait, right after `helm install` or `helm upgrade` returns").expect("the documented wait");
+    let block = doc[from..].split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("its block");
+    let lines: Vec<String> = block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let agents = format!("daemonset/{}-local-registry-publisher-node-agent", RELEASE_OF_THE_WAITS);
+            l.replace("-n local-registry-publisher", &format!("-n {ns}"))
+                .replace("daemonset/local-registry-publisher-node-agent", &agents)
+                .replace("<node>", node().name())
+        })
+        .collect();
+    assert!(lines.len() == 2 && lines.iter().all(|l| l.starts_with("kubectl ")), "{lines:?}");
+    lines
+}
+
+/// Runs `lines` as the user would, each to its end, with the plane's kubectl.
+fn run_as_written(lines: &[String]) {
+    let path = format!("{}:{}", plane().tools().display(), std::env::var("PATH").unwrap_or_default());
+    for line in lines {
+        let mut shell = Command::new("bash");
+        shell.arg("-c").arg(line).env("KUBECONFIG", plane().kubeconfig()).env("PATH", &path);
+        ok(shell.output().expect("run the documented wait"));
+    }
+}
+
+/// `helm` as a user runs it, returning as soon as the API server took the release (no `--wait`).
+fn helm_now(args: &[&str]) {
+    let chart = root().join("charts/local-registry-publisher").display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.insert(2, &chart);
+    ok(tool("helm", &all));
+}
+
+/// Starts a pod of `image` on the node and waits for it to run; fails on the first pull the runtime refused (the
+/// kubelet's `Failed` Event on it), even one a later retry got past.
+async fn pulls_at_once(client: &Client, ns: &str, pod: &str, image: &str) {
+    apply_in(client, ns, app_pod(pod, image)).await;
+    wait_phase(client, ns, pod, &["Running"]).await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+    let listed = events.list(&ListParams::default().fields(&format!("involvedObject.name={pod}"))).await.unwrap();
+    let failed: Vec<String> = listed
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Failed"))
+        .map(|e| e.message.clone().unwrap_or_default())
+        .collect();
+    assert!(failed.is_empty(), "{pod}: a pull failed before the pod ran: {failed:?}");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    pods.delete(pod, &Default::default()).await.expect("delete the pod");
+    wait_until(SOON_ON_A_NODE, || async { pods.get_opt(pod).await.ok().flatten().is_none().then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn the_documented_wait_right_after_helm_upgrade_or_install_is_followed_by_a_pull_that_works_every_time() {
+    const ROUNDS: usize = 10;
+    let (release, plane) = (RELEASE_OF_THE_WAITS, plane());
+    let client = plane.client().await.expect("admin client");
+    images();
+    let ns = plane.namespace(&client, release).await.expect("namespace");
+    apply_in(&client, &ns, registry_deployment()).await;
+    apply_in(&client, &ns, registry_service(&ns, json!({}))).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let image = format!("{ip}:5000/{release}/app:1");
+    push(true, &own_image(release), &image, None);
+    let sets = |values: &[String]| values.iter().flat_map(|v| ["--set".to_string(), v.clone()]).collect::<Vec<_>>();
+    let base = sets(&isolated_release_values(&ns, &[]));
+    let with_agent = sets(&agent_on());
+    let wait = documented_wait(&ns);
+
+    // Installed with the agent off; each round turns it on, waits as documented, pulls at once, turns it off again.
+    let install = |values: &[String]| {
+        let mut args = vec!["install", release, "-n", &ns];
+        args.extend(values.iter().map(String::as_str));
+        helm_now(&args);
+    };
+    install(&base);
+    for round in 0..ROUNDS {
+        let mut args = vec!["upgrade", release, "-n", &ns, "--reset-then-reuse-values"];
+        args.extend(with_agent.iter().map(String::as_str));
+        helm_now(&args);
+        run_as_written(&wait);
+        pulls_at_once(&client, &ns, &format!("upgraded-{round}"), &image).await;
+        let off =
+            ["upgrade", release, "-n", ns.as_str(), "--reset-then-reuse-values", "--set", "nodeAgent.enabled=false"];
+        helm_now(&off);
+        wait_hosts_toml(&format!("{ip}:5000"), "the agent turned off", |t| t.is_none()).await;
+    }
+    // Each round installs afresh with the agent on, waits as documented, pulls at once, and uninstalls.
+    helm_uninstall(release, &ns);
+    for round in 0..ROUNDS {
+        install(&[base.clone(), with_agent.clone()].concat());
+        run_as_written(&wait);
+        pulls_at_once(&client, &ns, &format!("installed-{round}"), &image).await;
+        helm_uninstall(release, &ns);
+        wait_hosts_toml(&format!("{ip}:5000"), "uninstalled", |t| t.is_none()).await;
+    }
+    println!("{ROUNDS} upgrades and {ROUNDS} installs: the documented wait, then a pull that worked each time");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
