@@ -104,7 +104,7 @@ pub async fn run(args: Args) -> ExitCode {
     let settings = args.settings();
     let node_plan = args.node_plan.target();
     let kube_proxy = args.kube_proxy.target();
-    let listener = match http::bind(args.operation.http_address).await {
+    let listener = match http::bind(args.operation.http_address) {
         Ok(listener) => listener,
         Err(error) => {
             error!("cannot serve --http-address {}: {error}", args.operation.http_address);
@@ -136,7 +136,7 @@ pub async fn run(args: Args) -> ExitCode {
     let metrics = Metrics::default();
     let health = Arc::new(Health::default());
     let auth = args.operation.metrics_auth.then(|| Arc::new(crate::metrics_auth::MetricsAuth::new(client.clone())));
-    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.registry(), auth, tls, stopped()));
+    let server = http::spawn(listener, health.clone(), metrics.registry(), auth, tls, stopped());
     let (leading, elector) = if args.operation.leader_elect {
         let settings = lease_settings(&args.operation);
         info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");
@@ -198,7 +198,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
             idle_timeout: agent.relay_idle_timeout,
         }),
     };
-    let listener = match http::bind(agent.http_address).await {
+    let listener = match http::bind(agent.http_address) {
         Ok(listener) => listener,
         Err(error) => {
             error!("cannot serve --http-address {}: {error}", agent.http_address);
@@ -212,7 +212,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let registry = reporting.metrics.registry();
-    let server = tokio::spawn(http::serve(listener, reporting.health.clone(), registry, None, None, served));
+    let server = http::spawn(listener, reporting.health.clone(), registry, None, None, served);
     let stopping = async {
         shutdown_signal().await;
         info!("shutting down");

@@ -1,7 +1,14 @@
 //! `/healthz`, `/readyz` and `/metrics` on one port, over HTTP or [`tls`]; what the probes say is decided in
-//! [`crate::health`].
+//! [`crate::health`]. The port is open to the pod network, so it is bounded whatever a client does: at most
+//! [`MAX_CONNECTIONS`] at once (one more is closed at once), [`HEADER_TIMEOUT`] to send a request's headers (an idle
+//! keep-alive connection included), [`CONNECTION_LIFETIME`] in all, and it runs on a thread of its own
+//! ([`spawn`]), so neither a flood of TLS handshakes nor slow clients take time from the thread that renews the
+//! leader's Lease and publishes.
 
+mod connection;
 pub mod tls;
+
+pub use connection::{CONNECTION_LIFETIME, HEADER_TIMEOUT, MAX_CONNECTIONS};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,10 +60,39 @@ pub async fn serve(
                 ([(header::CONTENT_TYPE, content_type)], Metrics::encode(&registry)).into_response()
             }),
         );
-    match tls {
-        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await,
-        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+    connection::serve(listener, tls, app, shutdown).await
+}
+
+/// [`serve`] on a thread and runtime of its own, until `shutdown` completes; the handle ends with it.
+pub fn spawn(
+    listener: std::net::TcpListener,
+    health: Arc<Health>,
+    registry: MetricsRegistry,
+    auth: Option<Arc<MetricsAuth>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (done, finished) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new().name("http".into()).spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        match runtime {
+            Ok(runtime) => {
+                let served = runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    serve(listener, health, registry, auth, tls, shutdown).await
+                });
+                if let Err(error) = served {
+                    tracing::error!("serving the probes and /metrics stopped: {error}");
+                }
+            }
+            Err(error) => tracing::error!("cannot start the probes' runtime: {error}"),
+        }
+        let _ = done.send(());
+    });
+    if let Err(error) = thread {
+        tracing::error!("cannot start the probes' thread: {error}");
     }
+    finished
 }
 
 fn probe(result: Result<(), String>) -> impl IntoResponse {
@@ -66,7 +102,9 @@ fn probe(result: Result<(), String>) -> impl IntoResponse {
     }
 }
 
-/// Binds early so a taken port is reported before the controller starts.
-pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(address).await
+/// Binds early so a taken port is reported before the controller starts; served by [`spawn`] on its own thread.
+pub fn bind(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }

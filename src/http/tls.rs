@@ -5,29 +5,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use axum::Router;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::escape::safe;
-
-/// How long a client has to send its first bytes and finish the handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The first byte of every TLS connection: a handshake record.
-const TLS_HANDSHAKE_RECORD: u8 = 0x16;
-
-/// What a client that speaks plain HTTP to this port is told, instead of a reset it cannot explain.
-const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
-Connection: close\r\n\r\nThis port serves HTTPS only (--tls-cert-file): use https://.\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -143,60 +130,6 @@ pub fn acceptor(files: CertificateFiles) -> Result<TlsAcceptor, Error> {
         .with_cert_resolver(certificate);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// Serves `app` over TLS until `shutdown` completes; each connection on its own task, so a slow client holds up no
-/// other.
-pub async fn serve(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // Out of file descriptors, say: wait rather than spin.
-                Err(error) => {
-                    warn!("accepting a connection: {error}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
-        };
-        tokio::spawn(connection(stream, acceptor.clone(), app.clone()));
-    }
-}
-
-async fn connection(stream: TcpStream, acceptor: TlsAcceptor, app: Router) {
-    let _ = stream.set_nodelay(true);
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
-        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
-        Ok(Ok(1)) => {
-            let mut stream = stream;
-            let _ = stream.write_all(PLAIN_HTTP_ANSWER).await;
-            let _ = stream.shutdown().await;
-            return;
-        }
-        _ => return,
-    }
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(error)) => return debug!("TLS handshake failed: {error}"),
-        Err(_) => return debug!("TLS handshake timed out"),
-    };
-    let service = hyper_util::service::TowerToHyperService::new(app);
-    let io = hyper_util::rt::TokioIo::new(tls);
-    // The timer gives HTTP/1.1 its header read timeout, so an idle client cannot hold a connection for ever.
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new());
-    if let Err(error) = http.serve_connection(io, service).await {
-        debug!("serving a TLS connection: {error}");
-    }
 }
 
 #[cfg(test)]
