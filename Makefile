@@ -109,11 +109,12 @@ dist: tools image
 	hack/dist.sh all target/dist
 
 ## bench: latency, memory and failover on the local control plane against a Go baseline, the node agents at 1, 10
-## and 100 nodes, and the loopback relay on the real node against pulling straight from the ClusterIP; writes
+## and 100 nodes, the loopback relay on the real node against pulling straight from the ClusterIP, and the probes'
+## port under a flood of connections and TLS handshakes against the same run quiet; writes
 ## docs/benchmarks.md
 bench: tools
 	$(CARGO) build --release --quiet --bin local-registry-publisher -p local-registry-publisher
-	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover --bench node_agent --bench node_agents --bench relay
+	LRP_BASELINE=$$(hack/baseline.sh) $(CARGO) bench --profile bench-harness --bench publish --bench failover --bench node_agent --bench node_agents --bench relay --bench http_load
 
 ## fuzz: the value grammar's properties (src/hosting/grammar_tests.rs) over many more generated inputs than make test runs
 fuzz:

@@ -1426,12 +1426,15 @@ fn the_controller_may_read_exactly_the_ca_bundles_the_chart_names_and_none_by_de
     };
     // An empty resourceNames list would grant every ConfigMap and Secret: no rule at all instead.
     assert!(ca_roles(&[]).is_empty());
-    let roles = ca_roles(&["nodeAgent.caBundles={registry-ca,registry-tls}"]);
+    let roles = ca_roles(&["nodeAgent.caBundles={configmap/registry-ca,secret/registry-tls,both}"]);
     assert_eq!(roles.len(), 1);
+    // Each kind for the names given it, read as the controller follows them: by name, with list and watch.
     assert_eq!(
         roles[0]["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"],
-            "resourceNames": ["registry-ca", "registry-tls"], "verbs": ["get", "list", "watch"]}])
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["registry-ca", "both"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["registry-tls", "both"], "verbs": ["list", "watch"]}
+        ])
     );
     let refused = tool("helm", &["template", "lrp", &chart(), "--set", "nodeAgent.caBundles={Not_A_Name}"]);
     assert!(!refused.status.success(), "a name the API server could not hold is refused");

@@ -32,6 +32,9 @@ pub use watched::{CaBundle, Interest, Observed};
 /// Where a CA bundle is in its ConfigMap or Secret: the key Kubernetes' own `kube-root-ca.crt`, cert-manager's
 /// Secrets and trust-manager's bundles use.
 pub const CA_KEY: &str = "ca.crt";
+/// The largest CA bundle the plan takes for a registry: every address of it carries a copy, and the plan is one
+/// ConfigMap (at most 1 MiB) with the mirrors' entries beside it. A larger one is refused for its registry alone.
+pub const CA_LIMIT: usize = 64 * 1024;
 
 /// The ConfigMap node agents read their plan from: in the controller's own namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -277,6 +280,8 @@ pub enum CaProblem {
     Missing(CaSource),
     NoKey(CaSource),
     NotPem(CaSource),
+    /// Larger than [`CA_LIMIT`], in bytes.
+    TooLarge(CaSource, usize),
 }
 
 impl fmt::Display for CaProblem {
@@ -301,6 +306,13 @@ impl fmt::Display for CaProblem {
             CaProblem::NotPem(source) => {
                 write!(f, "{source} in namespace {}: its {CA_KEY} holds no PEM certificate", source.namespace())
             }
+            CaProblem::TooLarge(source, bytes) => write!(
+                f,
+                "{source} in namespace {}: its {CA_KEY} is {bytes} bytes, more than the {CA_LIMIT} the node plan takes \
+                 for one registry (every node's copy of it rides in one ConfigMap); keep only the CAs that sign the \
+                 registry's certificate",
+                source.namespace()
+            ),
         }
     }
 }
@@ -357,6 +369,7 @@ pub fn ca_bundle(published: &Published, observed: &Observed) -> Result<Option<St
     match bundle {
         None => Err(CaProblem::Missing(source)),
         Some(None) => Err(CaProblem::NoKey(source)),
+        Some(Some(pem)) if pem.len() > CA_LIMIT => Err(CaProblem::TooLarge(source, pem.len())),
         Some(Some(pem)) if pem.contains("-----BEGIN CERTIFICATE-----") => Ok(Some(pem)),
         Some(Some(_)) => Err(CaProblem::NotPem(source)),
     }

@@ -123,6 +123,15 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     assert_eq!(fault(Ok(Some(None))), "secret/registry-tls in namespace registry has no ca.crt");
     assert!(fault(Ok(Some(Some("not a certificate")))).ends_with("its ca.crt holds no PEM certificate"));
     assert!(fault(Err("forbidden")).contains("cannot be read (forbidden): the chart lets"));
+    // Too large for the plan: refused for this registry, whose files the plan then leaves out, and the admin's
+    // mirrors are planned as ever.
+    let huge = format!("{CA}{}", "#".repeat(CA_LIMIT));
+    assert!(fault(Ok(Some(Some(huge.as_str())))).contains(&format!("more than the {CA_LIMIT} the node plan takes")));
+    let rules =
+        Rules { mirrors: vec!["docker.io=http://cache.example:5000".parse().expect("a mirror")], ..Rules::default() };
+    let decision = decide(Some(&tls), &observed(&source, Ok(Some(Some(huge.as_str())))), &rules);
+    assert!(matches!(decision.ca_problem, Some(CaProblem::TooLarge(_, bytes)) if bytes == huge.len()));
+    assert_eq!(entries(&decision.plan), [("docker.io", "http://cache.example:5000")]);
 
     let configmap = published_with(CA_BUNDLE, "configmap/registry-ca", true);
     assert_eq!(

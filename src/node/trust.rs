@@ -3,8 +3,10 @@
 //! says: one for `registry.k8s.io` would send every node's pause, CoreDNS and kube-proxy pulls to whoever wrote it.
 //! Naming the cluster's registry is what an allowed namespace may do; choosing where the whole cluster pulls other
 //! names from is the cluster admin's. So a node file is written only for an address that names the registry's
-//! Service alone ([`crate::registry::Registry::own_addresses`]: its ClusterIP, its cluster DNS names, its nodePort
-//! or hostPort, its load balancer, each allocated by the cluster or set by the controller's flags), or that matches
+//! Service alone ([`crate::registry::Registry::own_addresses`]: its ClusterIP and cluster DNS names, which the
+//! cluster gives it; its nodePort, which the cluster allocates unless the Service's author asked for one; its
+//! hostPort, which the pod's author chose; its load balancer's address as the load balancer reports it, which may
+//! be one the author requested; each on the node addresses the controller's flags set), or that matches
 //! a pattern the admin listed ([`AddressPattern`], chart value `nodeAgent.allowedAddresses`). Every other published
 //! address stays published and gets no file, and the refusal is told.
 

@@ -147,8 +147,10 @@ fn unannotated(
 
 /// The addresses that name this Service and nothing else, whatever its annotations say: its ClusterIP and its
 /// cluster DNS names at its port, its hostPort or nodePort on a node's loopback and at the address tools outside
-/// reach a node by, and its load balancer's address; every one of them either allocated to it by the cluster or set
-/// by the controller's own flags. An ExternalName's target is not among them: whoever wrote the Service chose it.
+/// reach a node by, and its load balancer's address. The ClusterIP and names are the cluster's; a nodePort, a
+/// hostPort and a load balancer's address may be ones the Service's (or pod's) author asked for, but each is one
+/// the cluster or the load balancer gave this Service and no other, and the node addresses are the controller's
+/// flags'. An ExternalName's target is not among them: whoever wrote the Service chose it outright.
 /// Only these may redirect what every node pulls without a cluster admin allowing it (see `crate::node::trust`).
 fn own_addresses(
     wiring: &Wiring,

@@ -142,8 +142,7 @@ async fn wait_requests(
 /// The API server's endpoint addresses as pods reach them, as `<ip>/32`, and its port.
 async fn api_server_endpoint(client: &Client) -> (Vec<String>, i32) {
     let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), "default");
-    let listed = slices.list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes")).await;
-    let slice = listed.expect("list EndpointSlices").items.into_iter().next().expect("the kubernetes EndpointSlice");
+    let slice = slices.get("kubernetes").await.expect("the API server's own EndpointSlice");
     let addresses =
         slice.endpoints.iter().flatten().flat_map(|e| e.addresses.iter().map(|a| format!("{a}/32"))).collect();
     let port = slice.ports.as_deref().and_then(|p| p.first()?.port).expect("the API server's port");
@@ -163,7 +162,14 @@ async fn under_the_charts_network_policies_the_controller_publishes_the_agent_wr
     let _firewall = Firewall::start();
     let ns = plane.namespace(&client, "netpol").await.expect("namespace");
     clusterip_registry(&client, &ns, json!({})).await;
-    // The API server's addresses and port are left to the chart, which reads them at install.
+    // The API server's addresses and port are left to the chart, which reads them at install: from the API server's
+    // own slice alone, not from another one labelled for its Service (a decoy address and port it must not open).
+    let decoy = format!("decoy-{ns}");
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": decoy, "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.99.99.99"]}],
+        "ports": [{"name": "https", "port": 7443, "protocol": "TCP"}]});
+    apply_in(&client, "default", slice).await;
     let values = support::agent::values(
         &ns,
         node(),
@@ -171,6 +177,7 @@ async fn under_the_charts_network_policies_the_controller_publishes_the_agent_wr
     );
     support::agent::helm(plane, "install", "netpol", &ns, &values);
 
+    support::delete_in(&client, "default", "discovery.k8s.io/v1", "EndpointSlice", &decoy).await;
     let (addresses, port) = api_server_endpoint(&client).await;
     let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns).list(&Default::default()).await;
     let policies = policies.expect("list NetworkPolicies").items;

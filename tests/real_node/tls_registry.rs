@@ -34,7 +34,7 @@ impl TlsRegistry {
         apply_in(&client, &ns, secret).await;
         apply_in(&client, &ns, tls_registry_deployment("registry", "registry-tls")).await;
         let mut with_ca = agent_on();
-        with_ca.push("nodeAgent.caBundles={registry-ca}".into());
+        with_ca.push("nodeAgent.caBundles={configmap/registry-ca}".into());
         let values = isolated_release_values(&ns, if agent { &with_ca } else { &[] });
         helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
         let this = Self { release, client, ns, ip, ca: tls.ca };

@@ -252,14 +252,18 @@ EndpointSlices of default/kubernetes (pods reach the API server there once the S
 {{- $foundPorts := list }}
 {{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" }}
 {{- range ($slices.items | default list) }}
-{{- if eq (get (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes" }}
+{{- /* Only the API server's own slice, named after its Service, and its https port: another slice labelled for the
+Service (anyone who may write EndpointSlices in default could add one) opens nothing. */}}
+{{- if and (eq .metadata.name "kubernetes") (eq (get (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes") }}
 {{- range (.endpoints | default list) }}
 {{- range .addresses }}
 {{- $found = append $found (ternary (printf "%s/128" .) (printf "%s/32" .) (contains ":" .)) }}
 {{- end }}
 {{- end }}
 {{- range (.ports | default list) }}
+{{- if eq (.name | default "") "https" }}
 {{- $foundPorts = append $foundPorts (int .port) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
