@@ -45,8 +45,8 @@ test: image
 	@main=$$(hack/tools.sh main) || exit 1; \
 	echo "[test] building the tested windows' other ends in the background (target/tools-window.log)"; \
 	setsid hack/tools.sh window >target/tools-window.log 2>&1 & window=$$!; \
-	echo "$(CARGO) test --workspace -- --test-threads=8"; \
-	LRP_TOOLS_DIR=$$main $(CARGO) test --workspace -- --test-threads=8; status=$$?; \
+	echo "$(CARGO) test --workspace --no-fail-fast -- --test-threads=8"; \
+	LRP_TOOLS_DIR=$$main $(CARGO) test --workspace --no-fail-fast -- --test-threads=8; status=$$?; \
 	if [ $$status != 0 ]; then kill -- -$$window 2>/dev/null; exit $$status; fi; \
 	echo "[test] waiting for the windows' tools"; \
 	wait $$window || { tail -n 40 target/tools-window.log >&2; echo "[test] hack/tools.sh window failed" >&2; exit 1; }
@@ -54,15 +54,15 @@ test: image
 	started=$$(date +%s); \
 	( for minor in $(KUBE_WINDOW); do \
 	    echo "[test] the cluster test files against Kubernetes $$minor"; \
-	    LRP_KUBE_VERSION=$$minor $(CARGO) test $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
+	    LRP_KUBE_VERSION=$$minor $(CARGO) test --no-fail-fast $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
 	  done ) >target/window-kubernetes.log 2>&1 & kubernetes=$$!; \
 	( for release in $(CONTAINERD_RERUN); do \
 	    echo "[test] the node agent's real-node tests on containerd $$release"; \
-	    LRP_CONTAINERD=$$release $(CARGO) test $(NODE_AGENT_TESTS) || exit 1; \
+	    LRP_CONTAINERD=$$release $(CARGO) test --no-fail-fast $(NODE_AGENT_TESTS) || exit 1; \
 	  done; \
 	  for mode in $(PROXY_RERUN); do \
 	    echo "[test] the node agent's and the publisher's real-node tests with kube-proxy in $$mode mode"; \
-	    LRP_KUBE_PROXY=$$mode $(CARGO) test $(PROXY_TESTS) || exit 1; \
+	    LRP_KUBE_PROXY=$$mode $(CARGO) test --no-fail-fast $(PROXY_TESTS) || exit 1; \
 	  done ) >target/window-node.log 2>&1 & node=$$!; \
 	status=0; \
 	for lane in kubernetes node; do \
