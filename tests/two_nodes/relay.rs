@@ -275,6 +275,19 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     );
     wait_relay(&client, &ns, second, "True", "NothingToRelay").await;
 
+    // Published again, then the relay turned off: the agents on the pods' network again, nothing left listening.
+    let relabel = json!({"metadata": {"labels": {super::support::agent::REGISTRY_LABEL: &ns}}});
+    services.patch("registry", &PatchParams::default(), &Patch::Merge(&relabel)).await.expect("relabel");
+    wait_relay(&client, &ns, second, "True", "RelayServing").await;
+    let off = ["nodeAgent.relay.enabled=false".to_string(), "nodeAgent.runtime=containerd".into()];
+    let mut values = relay_values(&ns, first, &[]);
+    values.extend(off);
+    super::support::agent::helm(plane, "upgrade", "relay", &ns, &values);
+    for node in [first, second] {
+        let closed = wait_until(SOON_ON_A_NODE, || async { listening(node, RELAY_PORT).is_empty().then_some(()) });
+        assert!(closed.await.is_some(), "{} still listens at {RELAY_PORT} with the relay off", node.name());
+    }
+
     super::support::agent::helm_uninstall(plane, "relay", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
