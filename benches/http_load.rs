@@ -24,12 +24,14 @@ use testbed::{ControlPlane, wait_until};
 
 const PHASE: Duration = Duration::from_secs(30);
 const CHANGES_EVERY: Duration = Duration::from_secs(2);
-/// Connections a client holds open (the server's cap) and handshakes in flight at once.
-const HELD: usize = 64;
-const FLOODERS: usize = 32;
+/// Connections clients hold open (from four addresses, each its share of the server's) and handshakes in flight at
+/// once (from eight more), beside the kubelet-like prober on 127.0.0.1.
+const HOLDERS: u8 = 4;
+const FLOODERS: u8 = 8;
+const FLOODS_EACH: usize = 4;
 
-const CERT: &[u8] = include_bytes!("../src/http/tls/fixtures/a.crt");
-const KEY: &[u8] = include_bytes!("../src/http/tls/fixtures/a.key");
+/// The name the serving certificate is for, which the clients check.
+const SERVER_NAME: &str = "localhost";
 
 /// What one phase saw.
 struct Phase {
@@ -43,8 +45,11 @@ async fn main() {
     let client = plane.client().await.expect("client");
     let ns = plane.namespace(&client, "httpload").await.expect("namespace");
     let (cert, key) = (plane.dir().join("httpload.crt"), plane.dir().join("httpload.key"));
-    std::fs::write(&cert, CERT).expect("certificate");
-    std::fs::write(&key, KEY).expect("key");
+    // A serving certificate a CA of the run's own signed, as cert-manager's or the chart's own would be.
+    let tls = testbed::private_tls(&[SERVER_NAME]).expect("certificates");
+    std::fs::write(&cert, &tls.certificate).expect("certificate");
+    std::fs::write(&key, &tls.key).expect("key");
+    let ca = tls.ca.clone();
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     set_port(&services, 5000).await;
     let controller = Controller::start_binary(
@@ -64,16 +69,18 @@ async fn main() {
     assert!(published(&configmaps, 5000, Duration::from_secs(60)).await.is_some(), "{}", controller.logs());
     let load_before = report::load_average();
 
+    let probes = prober(controller.port, stop_probing(), &ca);
     let quiet = phase(&client, &ns, &services, &configmaps, 5001).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-    let load = load_on(controller.port, stop.clone(), counts.clone());
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let load = load_on(controller.port, stop.clone(), counts.clone(), &ca);
     let loaded = phase(&client, &ns, &services, &configmaps, 6001).await;
     stop.store(true, Ordering::Relaxed);
     for task in load {
         let _ = task.await;
     }
-    let [handshakes, refused, held] = [0, 1, 2].map(|i| counts[i].load(Ordering::Relaxed));
+    let [handshakes, refused, held, _] = [0, 1, 2, 3].map(|i| counts[i].load(Ordering::Relaxed));
+    let (mut probed, probe_failures) = probes.finish().await;
     let load_after = report::load_average();
 
     let row = |what: &str, quiet: &mut Vec<f64>, loaded: &mut Vec<f64>, unit: &str| {
@@ -90,13 +97,16 @@ async fn main() {
         "## The probes' and /metrics' port under load (`benches/http_load.rs`)\n\n\
          Machine: {}. Load average (1, 5, 15 min): {load_before} before, {load_after} after. The release build with \
          leader election (15 s lease, renewed every 3 s) and `--tls-cert-file`, {} s quiet, then {} s while clients \
-         on the same machine hold {HELD} connections open (reopened as the server closes them) and {FLOODERS} more \
-         make TLS handshakes one after another. Each phase changes the registry's port every {} s and times each \
-         change to the ConfigMap; a reader polls the Lease every 100 ms.\n\n\
+         on the same machine, each from a loopback address of its own, hold as many connections open as the server \
+         lets one address (reopened as the server closes them; {HOLDERS} addresses) or make TLS handshakes one after \
+         another ({FLOODERS} addresses, {FLOODS_EACH} at a time each). Each phase changes the registry's port every \
+         {} s and times each change to the ConfigMap; a reader polls the Lease every 100 ms; throughout both, a \
+         prober on 127.0.0.1 asks `/healthz` over HTTPS every 200 ms, as the kubelet does from the node's address.\n\n\
          | figure | quiet | loaded | ratio |\n|---|---|---|---|\n{}{}\n\
-         During the load: {handshakes} handshakes completed ({:.0} a second), {refused} connections refused at once \
-         (the cap of {} connections), {held} held connections opened. The port runs on a thread of its own, with a \
-         5 s header timeout and a 64-connection cap.\n",
+         During the load: {handshakes} handshakes completed ({:.0} a second), {refused} connections refused at once, \
+         {held} held connections opened. The prober's `/healthz` over both phases: {} answered, median {:.1} ms, \
+         longest {:.1} ms, {probe_failures} not answered. The port runs on a thread of its own, with a {} s header \
+         timeout, at most {} connections and {} from one address.\n",
         report::machine(),
         PHASE.as_secs(),
         PHASE.as_secs(),
@@ -104,15 +114,16 @@ async fn main() {
         row("seconds between Lease renewals", &mut quiet.renewals, &mut loaded.renewals, "s"),
         row("a change's time to the ConfigMap", &mut quiet.publish, &mut loaded.publish, "s"),
         handshakes as f64 / PHASE.as_secs_f64(),
-        binary_cap(),
+        probed.len(),
+        median(&mut probed) * 1000.0,
+        max(&probed) * 1000.0,
+        local_registry_publisher::http::HEADER_TIMEOUT.as_secs(),
+        local_registry_publisher::http::MAX_CONNECTIONS,
+        local_registry_publisher::http::MAX_PER_PEER,
     );
     println!("{markdown}");
     report::write_section("http-load", &markdown);
     drop(controller);
-}
-
-fn binary_cap() -> usize {
-    local_registry_publisher::http::MAX_CONNECTIONS
 }
 
 async fn set_port(services: &Api<Service>, port: i32) {
@@ -167,24 +178,23 @@ async fn phase(client: &Client, ns: &str, services: &Api<Service>, configmaps: &
     Phase { renewals: watcher.await.expect("the Lease reader"), publish }
 }
 
-/// The load on `port`: [`HELD`] connections held open, reopened as closed, and [`FLOODERS`] clients making TLS
-/// handshakes one after another; counts handshakes, refusals and opened connections.
-fn load_on(port: u16, stop: Arc<AtomicBool>, counts: Arc<[AtomicU64; 3]>) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from(pem_der(CERT))).expect("the fixture's CA");
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("protocols")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = rustls::pki_types::ServerName::try_from("fixture-a.test").expect("a name");
+/// The load on `port`: [`HOLDERS`] addresses each holding its share of connections open, reopened as closed, and
+/// [`FLOODERS`] addresses making TLS handshakes one after another; counts handshakes, refusals and opened connections.
+fn load_on(
+    port: u16,
+    stop: Arc<AtomicBool>,
+    counts: Arc<[AtomicU64; 4]>,
+    ca: &str,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let connector = connector(ca);
+    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).expect("a name");
     let mut tasks = Vec::new();
-    for _ in 0..HELD {
+    let held = (0..HOLDERS).flat_map(|a| std::iter::repeat_n(a + 2, local_registry_publisher::http::MAX_PER_PEER));
+    for source in held {
         let (stop, counts) = (stop.clone(), counts.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                if let Ok(mut stream) = connect_from(source, port).await {
                     counts[2].fetch_add(1, Ordering::Relaxed);
                     let mut byte = [0u8; 1];
                     // Held until the server closes it (its header timeout) or the load stops.
@@ -197,11 +207,12 @@ fn load_on(port: u16, stop: Arc<AtomicBool>, counts: Arc<[AtomicU64; 3]>) -> Vec
             }
         }));
     }
-    for _ in 0..FLOODERS {
+    let flooders = (0..FLOODERS).flat_map(|a| std::iter::repeat_n(a + 2 + HOLDERS, FLOODS_EACH));
+    for source in flooders {
         let (stop, counts, connector, name) = (stop.clone(), counts.clone(), connector.clone(), name.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { continue };
+                let Ok(stream) = connect_from(source, port).await else { continue };
                 match tokio::time::timeout(Duration::from_secs(10), connector.connect(name.clone(), stream)).await {
                     Ok(Ok(_)) => counts[0].fetch_add(1, Ordering::Relaxed),
                     _ => counts[1].fetch_add(1, Ordering::Relaxed),
@@ -210,6 +221,71 @@ fn load_on(port: u16, stop: Arc<AtomicBool>, counts: Arc<[AtomicU64; 3]>) -> Vec
         }));
     }
     tasks
+}
+
+/// A connection to the controller's port from loopback address 127.0.0.`source`.
+async fn connect_from(source: u8, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from(([127, 0, 0, source], 0)))?;
+    socket.connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await
+}
+
+/// The kubelet-like prober: `/healthz` over HTTPS from 127.0.0.1 every 200 ms until told to stop; the seconds each
+/// answer took and how many got none.
+struct Prober {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(Vec<f64>, u64)>,
+}
+
+fn stop_probing() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+fn prober(port: u16, stop: Arc<AtomicBool>, ca: &str) -> Prober {
+    let connector = connector(ca);
+    let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).expect("a name");
+    let flag = stop.clone();
+    let task = tokio::spawn(async move {
+        let (mut took, mut failed) = (Vec::new(), 0);
+        while !flag.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            let asked = async {
+                let stream = connect_from(1, port).await.ok()?;
+                let mut tls = connector.connect(name.clone(), stream).await.ok()?;
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+                let mut answer = Vec::new();
+                tls.read_to_end(&mut answer).await.ok()?;
+                answer.starts_with(b"HTTP/1.1 200").then_some(())
+            };
+            match tokio::time::timeout(Duration::from_secs(1), asked).await {
+                Ok(Some(())) => took.push(started.elapsed().as_secs_f64()),
+                _ => failed += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        (took, failed)
+    });
+    Prober { stop, task }
+}
+
+impl Prober {
+    async fn finish(self) -> (Vec<f64>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("the prober")
+    }
+}
+
+/// A TLS client that trusts `ca` (PEM).
+fn connector(ca: &str) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from(pem_der(ca.as_bytes()))).expect("the run's CA");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("protocols")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// The DER of the first certificate in `pem`.

@@ -479,7 +479,10 @@ async fn main() {
     };
     deployments.patch("registry", &params, &deployment(true)).await.expect("deployment");
     settle().await;
-    stages.push(("a labelled Deployment there (a namespace not allowed: none of its Services watched)".into(), measure(&contenders)));
+    stages.push((
+        "a labelled Deployment there (a namespace not allowed: none of its Services watched)".into(),
+        measure(&contenders),
+    ));
     deployments.patch("registry", &params, &deployment(false)).await.expect("deployment");
     settle().await;
     stages.push(("its label removed".into(), measure(&contenders)));

@@ -1,6 +1,8 @@
 //! One port's connections, plain HTTP or TLS, each on a task of its own and each bounded.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -11,7 +13,10 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 /// Connections held at once; one more is closed at once. Kubelet's probes and a scraper or two need a handful.
-pub const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 256;
+/// Connections held at once from one address: a client that holds its share cannot crowd out the kubelet's
+/// probes, which come from the node's own address.
+pub const MAX_PER_PEER: usize = 16;
 /// How long a client has to send a request's headers (and, over TLS, to finish its handshake), idle keep-alive
 /// connections included.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,9 +38,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let peers = Peers::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // Out of file descriptors, say: wait rather than spin.
@@ -47,18 +53,53 @@ pub async fn serve(
             },
             () = &mut shutdown => return Ok(()),
         };
+        let Some(share) = peers.take(peer.ip()) else {
+            debug!(peer = %peer.ip(), "{MAX_PER_PEER} connections from one address are open: one more is closed");
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             debug!("{MAX_CONNECTIONS} connections are open: one more is closed");
             continue;
         };
         let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
-            let _slot = slot;
+            let _held = (slot, share);
             let served = tokio::time::timeout(CONNECTION_LIFETIME, connection(stream, tls, app)).await;
             if served.is_err() {
                 debug!("a connection was served for {CONNECTION_LIFETIME:?}: closed");
             }
         });
+    }
+}
+
+/// How many connections each address holds.
+#[derive(Clone, Default)]
+struct Peers(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection's count against its address, given back when dropped.
+struct Share(Peers, IpAddr);
+
+impl Peers {
+    fn take(&self, peer: IpAddr) -> Option<Share> {
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(peer).or_default();
+        if *count >= MAX_PER_PEER {
+            return None;
+        }
+        *count += 1;
+        Some(Share(self.clone(), peer))
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = (self.0).0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.1);
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `/healthz`, `/readyz` and `/metrics` on one port, over HTTP or [`tls`]; what the probes say is decided in
 //! [`crate::health`]. The port is open to the pod network, so it is bounded whatever a client does: at most
-//! [`MAX_CONNECTIONS`] at once (one more is closed at once), [`HEADER_TIMEOUT`] to send a request's headers (an idle
+//! [`MAX_CONNECTIONS`] at once and [`MAX_PER_PEER`] from one address (one more is closed at once), [`HEADER_TIMEOUT`] to send a request's headers (an idle
 //! keep-alive connection included), [`CONNECTION_LIFETIME`] in all, and it runs on a thread of its own
 //! ([`spawn`]), so neither a flood of TLS handshakes nor slow clients take time from the thread that renews the
 //! leader's Lease and publishes.
@@ -8,7 +8,7 @@
 mod connection;
 pub mod tls;
 
-pub use connection::{CONNECTION_LIFETIME, HEADER_TIMEOUT, MAX_CONNECTIONS};
+pub use connection::{CONNECTION_LIFETIME, HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_PER_PEER};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -69,20 +69,43 @@ fn a_client_that_sends_no_complete_headers_is_closed_after_the_header_timeout() 
 }
 
 #[test]
-fn connections_over_the_cap_are_closed_at_once_and_the_probes_still_answer_after() {
+fn connections_over_one_addresss_share_are_closed_at_once_and_another_address_is_still_answered() {
     let server = Server::start();
-    let held: Vec<std::net::TcpStream> = (0..MAX_CONNECTIONS).map(|_| server.connect()).collect();
+    // All from 127.0.0.2, a loopback address of this machine like any other.
+    let from = |source: &str| {
+        let socket = connect_from(source, server.address);
+        socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        socket
+    };
+    let held: Vec<std::net::TcpStream> = (0..MAX_PER_PEER).map(|_| from("127.0.0.2")).collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut over = server.connect();
+    // The kubelet's probe, from another address, is answered while that one holds its share.
+    let mut probe = from("127.0.0.1");
+    probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let answer = until_closed(&mut probe);
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    let mut over = from("127.0.0.2");
     let started = Instant::now();
     assert_eq!(until_closed(&mut over), "", "the connection over the cap was served");
     assert!(started.elapsed() < HEADER_TIMEOUT, "it was held, not closed at once");
     drop(held);
     std::thread::sleep(Duration::from_millis(300));
-    let mut probe = server.connect();
-    probe.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let answer = until_closed(&mut probe);
-    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    let mut again = from("127.0.0.2");
+    again.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let answer = until_closed(&mut again);
+    assert!(answer.starts_with("HTTP/1.1 "), "its share given back: {answer}");
+}
+
+/// A connection to `to` from the loopback address `source` (any port).
+fn connect_from(source: &str, to: std::net::SocketAddr) -> std::net::TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).expect("bind the source address");
+        let stream = socket.connect(to).await.expect("connect").into_std().expect("a std stream");
+        stream.set_nonblocking(false).expect("blocking, as the other clients here");
+        stream
+    })
 }
 
 #[test]
