@@ -79,8 +79,11 @@ pub fn registry_service(ns: &str, annotations: serde_json::Value) -> serde_json:
 
 /// A plain-HTTP registry (crane's) on `node` behind a ClusterIP Service `registry` labelled for `ns`'s release.
 pub async fn registry(plane: &ControlPlane, client: &Client, ns: &str, node: &RealNode) {
-    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
-    node.import(&crane).expect("import the crane image");
+    // Written once per test binary: tests side by side would otherwise rewrite the archive another is importing.
+    static CRANE: std::sync::OnceLock<xtask::image::Image> = std::sync::OnceLock::new();
+    let crane = CRANE
+        .get_or_init(|| testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image"));
+    node.import(crane).expect("import the crane image");
     apply_in(client, ns, registry_deployment(&crane.name, Some(node.name()))).await;
     apply_in(client, ns, registry_service(ns, json!({}))).await;
 }
