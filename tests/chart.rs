@@ -1488,11 +1488,7 @@ fn the_node_agents_mirrors_render_as_one_flag_with_read_access_to_each_mirror_se
             "/nodeAgent/mirrors/0/endpoint",
         ),
     ] {
-        let values = format!("nodeAgent.enabled=true,{values}");
-        let output = tool("helm", &["template", "lrp", &chart(), "--set", &values]);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{values} was accepted");
-        assert!(stderr.contains(needle), "{values}: {stderr}");
+        refused_with_the_agent(values, needle);
     }
 }
 
@@ -1564,11 +1560,7 @@ fn the_relay_renders_the_admins_registries_as_one_flag_and_puts_the_agents_on_th
         ),
         ("nodeAgent.relay.idleTimeout=soon", "/nodeAgent/relay/idleTimeout"),
     ] {
-        let values = format!("nodeAgent.enabled=true,{values}");
-        let output = tool("helm", &["template", "lrp", &chart(), "--set", &values]);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{values} was accepted");
-        assert!(stderr.contains(needle), "{values}: {stderr}");
+        refused_with_the_agent(values, needle);
     }
 }
 
@@ -1610,6 +1602,15 @@ fn the_readmes_rbac_table_names_every_role_and_cluster_role_the_chart_makes_and_
         Vec::<&(String, String)>::new(),
         "in the README, not made"
     );
+}
+
+/// `helm template` with the node agent on and `values` fails, saying `needle`.
+fn refused_with_the_agent(values: &str, needle: &str) {
+    let values = format!("nodeAgent.enabled=true,{values}");
+    let output = tool("helm", &["template", "lrp", &chart(), "--set", &values]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{values} was accepted");
+    assert!(stderr.contains(needle), "{values}: {stderr}");
 }
 
 /// The shipped dashboard, as the chart carries it.

@@ -179,25 +179,19 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
     let on_loopback = format!("{host}/kep/nodepush:0");
     let pushed = node().command(&crane).arg("push").arg(&layout).arg(&on_loopback).arg("--insecure").output();
     let pushed = pushed.expect("run crane");
-    let doctor = node()
-        .command(support::binary::BINARY)
-        .args(["doctor", &format!("--kubeconfig={}", plane.kubeconfig().display())])
-        .args([format!("--configmap-namespace={ns}"), "--configmap-name=hosting".into()])
-        .output()
-        .expect("run doctor on the node");
-    let report = String::from_utf8_lossy(&doctor.stdout);
+    let (code, report) = support::agent::doctor_on(plane, node(), &ns);
     match node().proxy_mode() {
         testbed::node::ProxyMode::Iptables => {
             assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
             assert!(report.contains(&format!("host {host}: a registry answers")), "{report}");
-            assert_eq!(doctor.status.code(), Some(ALL_WELL), "{report}");
+            assert_eq!(code, Some(ALL_WELL), "{report}");
         }
         testbed::node::ProxyMode::Nftables => {
             let refused = String::from_utf8_lossy(&pushed.stderr);
             assert!(!pushed.status.success() && refused.contains("connection refused"), "{refused}");
             assert!(report.contains(&format!("host {host}: ")), "{report}");
             assert!(report.contains("not in nftables mode") && report.contains("a hostPort"), "{report}");
-            assert_eq!(doctor.status.code(), Some(SOMETHING_WRONG), "{report}");
+            assert_eq!(code, Some(SOMETHING_WRONG), "{report}");
         }
     }
     // The controller tells it as well, from kube-proxy's configuration (the testbed keeps its node's where kubeadm
@@ -236,14 +230,8 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
         wait_published(&client, &ns, "hosting", "the hostPort", |d| d.host.as_deref() == Some(&with_host_port)).await;
     kep_flow(&client, &ns, "nodepush", &document, true).await;
     // doctor on the node, agent off, in either mode: nothing to fix, and the hostPort not told as needing a file.
-    let doctor = node()
-        .command(support::binary::BINARY)
-        .args(["doctor", &format!("--kubeconfig={}", plane.kubeconfig().display())])
-        .args([format!("--configmap-namespace={ns}"), "--configmap-name=hosting".into()])
-        .output()
-        .expect("run doctor on the node");
-    let report = String::from_utf8_lossy(&doctor.stdout);
-    assert_eq!(doctor.status.code(), Some(ALL_WELL), "{report}");
+    let (code, report) = support::agent::doctor_on(plane, node(), &ns);
+    assert_eq!(code, Some(ALL_WELL), "{report}");
     assert!(!report.contains(&format!("{with_host_port} needs a hosts.toml")), "{report}");
     assert!(report.contains(&format!("{with_host_port} is the registry pod's hostPort")), "{report}");
     let off = report.lines().find(|l| l.contains("the node agent is off")).unwrap_or_default();

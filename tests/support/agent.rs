@@ -110,6 +110,18 @@ pub fn doctor(plane: &ControlPlane, ns: &str) -> (Option<i32>, String) {
     (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// `doctor` on the release in `ns` (its own ConfigMap `hosting`), run in `node`'s network as a developer on the node
+/// runs it: its exit status and its report.
+pub fn doctor_on(plane: &ControlPlane, node: &RealNode, ns: &str) -> (Option<i32>, String) {
+    let output = node
+        .command(super::binary::BINARY)
+        .args(["doctor", &format!("--kubeconfig={}", plane.kubeconfig().display())])
+        .args([format!("--configmap-namespace={ns}"), "--configmap-name=hosting".into()])
+        .output()
+        .expect("run doctor on the node");
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// `doctor` on the release in `ns`, run until its report satisfies `check` and it exits with `status`: a test
 /// that reads a verdict asserts the exit status scripts act on too.
 pub async fn wait_doctor(plane: &ControlPlane, ns: &str, status: i32, check: impl Fn(&str) -> bool) -> String {

@@ -23,6 +23,21 @@ fn plane() -> &'static ControlPlane {
     ControlPlane::shared_with_two_real_nodes()
 }
 
+/// Both real nodes running with the controller's image, a fresh namespace from `prefix`, and a plain-HTTP registry
+/// there on the first node.
+async fn both_nodes_and_a_registry(prefix: &str) -> (Client, &'static RealNode, &'static RealNode, String) {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    let first = plane.real_node().expect("the first real node");
+    let second = plane.start_second_node().await.expect("the second real node");
+    for node in [first, second] {
+        node.import(&support::controller_image()).expect("import the controller image");
+    }
+    let ns = plane.namespace(&client, prefix).await.expect("namespace");
+    support::agent::registry(plane, &client, &ns, first).await;
+    (client, first, second, ns)
+}
+
 fn tool(name: &str, args: &[&str]) -> std::process::Output {
     support::tool(plane(), name, args)
 }

@@ -37,14 +37,7 @@ async fn condition_message(states: &Api<NodePullState>, node: &str) -> Option<St
 #[tokio::test]
 async fn one_nodes_agent_cannot_write_another_nodes_state_and_a_forged_state_is_undone() {
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    let first = plane.real_node().expect("the first real node");
-    let second = plane.start_second_node().await.expect("the second real node");
-    for node in [first, second] {
-        node.import(&super::support::controller_image()).expect("import the controller image");
-    }
-    let ns = plane.namespace(&client, "ownstate").await.expect("namespace");
-    super::support::agent::registry(plane, &client, &ns, first).await;
+    let (client, first, second, ns) = super::both_nodes_and_a_registry("ownstate").await;
     super::support::agent::helm(plane, "install", "ownstate", &ns, &values(&ns, first, &[]));
     let states = Api::<NodePullState>::namespaced(client.clone(), &ns);
     for node in [first, second] {

@@ -82,16 +82,7 @@ async fn run_on(client: &Client, ns: &str, node: &RealNode, name: &str, image: &
 /// `doctor` on the release in `ns` run on `node`, as a developer there runs it (its loopback is the relay's), until
 /// it exits with `status` and its report satisfies `check`.
 async fn wait_doctor_on(node: &RealNode, ns: &str, status: i32, check: impl Fn(&str) -> bool) -> String {
-    let run = || {
-        let output = node
-            .command(super::support::binary::BINARY)
-            .arg("doctor")
-            .arg(format!("--kubeconfig={}", plane().kubeconfig().display()))
-            .args([&format!("--configmap-namespace={ns}"), "--configmap-name=hosting"])
-            .output()
-            .expect("run doctor");
-        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
-    };
+    let run = || super::support::agent::doctor_on(plane(), node, ns);
     let found = wait_until(SOON_ON_A_NODE, || async {
         let (code, report) = run();
         (code == Some(status) && check(&report)).then_some(report)
@@ -154,14 +145,7 @@ impl Drop for Squatter {
 #[tokio::test]
 async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_runtime_file() {
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    let first = plane.real_node().expect("the first real node");
-    let second = plane.start_second_node().await.expect("the second real node");
-    for node in [first, second] {
-        node.import(&super::support::controller_image()).expect("import the controller image");
-    }
-    let ns = plane.namespace(&client, "relay").await.expect("namespace");
-    super::support::agent::registry(plane, &client, &ns, first).await;
+    let (client, first, second, ns) = super::both_nodes_and_a_registry("relay").await;
     let registry = cluster_ip(&client, &ns, "registry").await;
     super::support::agent::helm(plane, "install", "relay", &ns, &relay_values(&ns, first, &[]));
 
