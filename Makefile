@@ -72,6 +72,10 @@ test: image
 	  cat target/window-$$lane.log; \
 	  [ $$lane_status = 0 ] || status=$$lane_status; \
 	done; \
+	if [ $$status != 0 ]; then \
+	  echo "[test] what failed in the lanes (each test's panic, in full above):"; \
+	  grep -h -A6 -E '^---- .* stdout ----$$' target/window-*.log | grep -v '^ *[0-9]*: \|^ *at ' | cut -c1-400; \
+	fi; \
 	exit $$status
 
 ## test-containerd-window: the node agent's real-node tests on every containerd release of the window (1.7, 2.2, 2.3

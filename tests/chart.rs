@@ -2147,13 +2147,18 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
         let kept = wait_until(SOON, || async { states.get_opt(name).await.ok().flatten() }).await;
         assert!(kept.is_some(), "{name} keeps its NodePullState:\n{}", stuck.logs());
     }
+    // A pass begun after its state was seen proves the write's answer came back: a write the proxy froze in flight
+    // would stall the agent before it reads the changed config (the race a loaded machine lost).
+    let last_sync_sample = "local_registry_publisher_node_last_sync_timestamp_seconds";
+    let seen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock").as_secs_f64();
+    let passed = || async { stuck.metric(last_sync_sample).filter(|at| *at > seen) };
+    wait_until(SOON, passed).await.unwrap_or_else(|| panic!("no pass after its state was written:\n{}", stuck.logs()));
     proxy.freeze();
     std::fs::write(rules.dir.join("stuck/config.toml"), reads("/etc/elsewhere")).expect("containerd's config");
     metrics_holding(&stuck, &["local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"]).await;
     let (healthy_first, healthy_second) = two_scrapes(&healthy).await;
     let (stuck_first, stuck_second) = two_scrapes(&stuck).await;
-    let last_sync =
-        |scrape: &Scrape| scrape.samples().get("local_registry_publisher_node_last_sync_timestamp_seconds").copied();
+    let last_sync = |scrape: &Scrape| scrape.samples().get(last_sync_sample).copied();
     assert!(last_sync(&healthy_second) > last_sync(&healthy_first), "the healthy agent passes every second");
     assert_eq!(last_sync(&stuck_second), last_sync(&stuck_first), "the stuck agent has stopped passing");
     rules.evaluate("healthy", &[("healthy", &healthy_first, &healthy_second)], &[]);
