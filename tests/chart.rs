@@ -1735,7 +1735,7 @@ fn alert_names(groups: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-fn every_alert_passes_promtools_rule_tests_firing_after_its_for_and_not_on_a_blip() {
+fn every_alert_passes_promtools_rule_tests_firing_after_its_for_and_not_before_nor_on_a_blip() {
     let dir = std::env::temp_dir().join(format!("lrp-alerts-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory");
     let groups = rendered_rules("");
@@ -1753,6 +1753,20 @@ fn every_alert_passes_promtools_rule_tests_firing_after_its_for_and_not_on_a_bli
     assert_eq!(names.len(), 10, "{names:?}");
     for name in &names {
         assert!(text.contains(&format!("alertname: {name}")), "{name} has no promtool test");
+    }
+    // docs/alerts.md, the runbook the alerts link to, has a section per alert and no other.
+    let runbook = std::fs::read_to_string(root().join("docs/alerts.md")).expect("docs/alerts.md");
+    let sections: BTreeSet<&str> = runbook.lines().filter_map(|l| l.strip_prefix("## ")).collect();
+    assert_eq!(sections, names.iter().map(String::as_str).collect(), "docs/alerts.md's sections");
+    // Each alert's `for` is held by a case before it ends: with the `for` at 0m, the same tests fail on that alert.
+    for name in &names {
+        let short = name.trim_start_matches("LocalRegistryPublisher");
+        let eager = rendered_rules(&format!("prometheusRule.alerts.{short}.for=0m"));
+        std::fs::write(&rules, eager.to_string()).expect("rules.yaml");
+        let output = tool("promtool", &["test", "rules", &tests.display().to_string()]);
+        let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        let failed_on_it = !output.status.success() && said.contains(&format!("alertname: {name},"));
+        assert!(failed_on_it, "{name} with its `for` at 0m still passes its tests (no case before its `for`):\n{said}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
