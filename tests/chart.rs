@@ -456,6 +456,8 @@ fn invalid_values_are_rejected_with_a_readable_message() {
         ("networkPolicy.apiServer.cidrs={10.0.0.1}", "/networkPolicy/apiServer/cidrs/0"),
         ("networkPolicy.apiServer.ports={0}", "/networkPolicy/apiServer/ports/0"),
         ("networkPolicy.metricsFrom[0].pods=x", "/networkPolicy/metricsFrom/0"),
+        // A serving certificate that would go unused: HTTPS comes only with metricsAuth.
+        ("metricsTLS.secretName=mine", "metricsTLS.secretName \"mine\" is used only with metricsAuth=true"),
         // helm template cannot read the API server's EndpointSlices: it asks for what it would have read.
         ("networkPolicy.enabled=true", "set networkPolicy.apiServer.cidrs and .ports"),
         // The chart's own labels, which selectors depend on, are refused by name.
