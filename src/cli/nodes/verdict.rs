@@ -94,6 +94,9 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
             state.agent.pod
         ));
     }
+    if let Some(said) = said_of_itself(state) {
+        return Line::Wrong(said);
+    }
     let files = match (writes_no_files(state), other_runtime) {
         (true, _) => Ok(format!("{name} writes no runtime configuration (nodeAgent.runtime none)")),
         (false, Some(why)) => Ok(why),
@@ -106,6 +109,25 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
         (Ok(_), Err(relay)) => Line::Wrong(relay),
         (Err(files), Err(relay)) => Line::Wrong(format!("{files}; {relay}")),
     }
+}
+
+/// What the agent's `Configured` condition says that nothing else can: it refused a plan too new for it, or the plan
+/// is not yet the one this release's controller writes. Then that is the node's verdict, in the agent's words; any
+/// other reason is judged again against the plan in force, which the agent may not have read yet.
+fn said_of_itself(state: &NodeState) -> Option<String> {
+    use crate::node::api::state::ConfiguredReason;
+    let condition = state.configured()?;
+    let agent = &state.agent.pod;
+    if condition.reason == ConfiguredReason::PlanTooNew.as_str() {
+        return Some(format!(
+            "its agent {agent} (version {}) is older than the node plan and applies none of it (PlanTooNew): {}",
+            state.agent.version, condition.message
+        ));
+    }
+    if condition.reason == ConfiguredReason::PlanPending.as_str() {
+        return Some(format!("PlanPending (agent {agent}): {}", condition.message));
+    }
+    None
 }
 
 /// Whether the agent says it writes no runtime configuration (`--runtime=none`): its addresses are not judged.
@@ -388,6 +410,41 @@ mod tests {
             panic!("cri-o is told, not failed")
         };
         assert!(said.contains("registries.conf.d"), "{said}");
+    }
+
+    #[test]
+    fn an_agent_too_old_for_the_plan_or_waiting_for_it_is_said_to_be_that_before_its_addresses() {
+        use crate::node::api::state::{Configured, ConfiguredReason};
+        let linux_node = node("n1", "containerd://2.4.2", &[("kubernetes.io/os", "linux")], &[]);
+        let running = pod("Running", true);
+        let saying = |reason: ConfiguredReason, verdict: Verdict| {
+            let mut state = state("uid-x", verdict);
+            let configured = Configured { configured: false, reason, message: "in its words".into() };
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+            state.conditions = vec![configured.condition(None, now)];
+            state
+        };
+        // Its addresses are those of the last plan it applied: the condition says why the new one is not.
+        let too_old = saying(ConfiguredReason::PlanTooNew, Verdict::Configured);
+        assert_eq!(
+            line(&linux_node, &linux(), Some(&running), Some(&too_old), &[]),
+            Line::Wrong(
+                "its agent agent-x (version 0.1.0) is older than the node plan and applies none of it (PlanTooNew): \
+                 in its words"
+                    .into()
+            )
+        );
+        let pending = saying(ConfiguredReason::PlanPending, Verdict::Configured);
+        assert_eq!(
+            line(&linux_node, &linux(), Some(&running), Some(&pending), &[]),
+            Line::Wrong("PlanPending (agent agent-x): in its words".into())
+        );
+        // Any other reason is judged again against the plan in force.
+        let foreign = saying(ConfiguredReason::ForeignHostsFile, Verdict::Configured);
+        assert_eq!(
+            line(&linux_node, &linux(), Some(&running), Some(&foreign), &[]),
+            Line::Configured("configured by agent-x".into())
+        );
     }
 
     #[test]
