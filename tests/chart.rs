@@ -381,15 +381,20 @@ fn the_operational_values_reach_their_objects_and_lint_with_every_opt_in_for_eve
 #[test]
 fn the_network_policies_open_only_the_metrics_port_to_named_peers_and_egress_only_to_the_api_server() {
     let all_on = root().join("charts/local-registry-publisher/ci/all-on-values.yaml").display().to_string();
-    let rendered =
-        ok(tool("helm", &["template", "lrp", &chart(), "-n", "tools", "-f", &all_on, "--set", "httpPort=9090"]));
+    let rendered = ok(tool(
+        "helm",
+        &["template", "lrp", &chart(), "-n", "tools", "-f", &all_on, "--set", "httpPort=9090,nodeAgent.httpPort=9191"],
+    ));
     let policies = rendered_objects(&rendered, "NetworkPolicy");
     let names: Vec<_> = policies.iter().map(|p| p["metadata"]["name"].as_str().unwrap_or_default()).collect();
     assert_eq!(names, ["lrp-local-registry-publisher", "lrp-local-registry-publisher-node-agent"]);
     let workloads =
-        [(&rendered_objects(&rendered, "Deployment")[0], 9090), (&rendered_objects(&rendered, "DaemonSet")[0], 8080)];
+        [(&rendered_objects(&rendered, "Deployment")[0], 9090), (&rendered_objects(&rendered, "DaemonSet")[0], 9191)];
     for (policy, (workload, port)) in policies.iter().zip(workloads) {
         let spec = &policy["spec"];
+        // The port the policy opens is the one the workload's container serves.
+        let served = &workload["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"];
+        assert_eq!(served, &json!(port), "{}", workload["kind"]);
         let pod_labels = workload["spec"]["template"]["metadata"]["labels"].as_object().expect("pod labels");
         let selector = spec["podSelector"]["matchLabels"].as_object().expect("matchLabels");
         assert!(selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "{selector:?} selects {pod_labels:?}");
