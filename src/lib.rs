@@ -56,4 +56,6 @@ pub mod watching;
 #[cfg(test)]
 mod layering_tests;
 #[cfg(test)]
+mod mock_api;
+#[cfg(test)]
 mod purity_tests;

@@ -114,3 +114,6 @@ impl StateWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,8 +10,6 @@
 mod controllers;
 pub mod doctor;
 mod get;
-#[cfg(test)]
-mod mock_api;
 mod nodes;
 pub mod probe;
 pub mod readers;

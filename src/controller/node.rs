@@ -33,12 +33,10 @@ pub struct NodePlanner {
 
 /// What is this concern's own: where the plan goes, what it holds, and the Event log.
 struct Planning {
-    api: Api<ConfigMap>,
     target: NodePlanTarget,
+    writer: PlanWriter,
     events: EventLog<Notice>,
     metrics: crate::metrics::Metrics,
-    /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
-    stored: Option<NodePlan>,
     /// The problems last told (the CA bundle's, the refused addresses', the mirrors'), so each is logged once.
     logged: Vec<Notice>,
 }
@@ -51,11 +49,10 @@ impl NodePlanner {
         published: watch::Receiver<Handoff>,
     ) -> Self {
         let planning = Planning {
-            api: Api::namespaced(client.clone(), &target.namespace),
+            writer: PlanWriter::new(client, &target, context.metrics.clone()),
             events: EventLog::start(client.clone(), "PlanNodes", &context.instance),
             metrics: context.metrics.clone(),
             target,
-            stored: None,
             logged: Vec::new(),
         };
         Self { follow: Follow::new(client, context, published), planning }
@@ -86,7 +83,7 @@ impl Concern for Planning {
         self.tell_problems(published, &decision);
         // Stamped, so an agent knows the plan is this configuration's (one write after a restart with a new one).
         let plan = NodePlan { stamp: self.target.stamp.clone(), ..decision.plan };
-        self.keep(plan).await
+        self.writer.keep(plan).await
     }
 
     async fn finish(self) {
@@ -108,6 +105,21 @@ impl Planning {
         }
         self.logged.clone_from(&notices);
         self.events.record(notices);
+    }
+}
+
+/// The one writer of the plan's ConfigMap: server-side apply of its data, only when the plan changed.
+struct PlanWriter {
+    api: Api<ConfigMap>,
+    target: NodePlanTarget,
+    metrics: crate::metrics::Metrics,
+    /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
+    stored: Option<NodePlan>,
+}
+
+impl PlanWriter {
+    fn new(client: &kube::Client, target: &NodePlanTarget, metrics: crate::metrics::Metrics) -> Self {
+        Self { api: Api::namespaced(client.clone(), &target.namespace), target: target.clone(), metrics, stored: None }
     }
 
     /// Writes `plan` unless the ConfigMap already holds it.
@@ -152,3 +164,6 @@ fn desired(target: &NodePlanTarget, plan: &NodePlan) -> ConfigMap {
         ..ConfigMap::default()
     }
 }
+
+#[cfg(test)]
+mod tests;

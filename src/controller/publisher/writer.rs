@@ -61,3 +61,6 @@ impl ConfigMapWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -105,3 +105,6 @@ impl PullWriter {
         self.client.request::<ServiceAccount>(request).await.map(drop).map_err(|source| Error::Apply { target, source })
     }
 }
+
+#[cfg(test)]
+mod tests;

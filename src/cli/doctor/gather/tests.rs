@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::cli::mock_api::{self, list, status};
+use crate::mock_api::{self, list, status};
 
 const CONFIGMAP: &str = "/api/v1/namespaces/kube-public/configmaps/local-registry-hosting";
 

@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::cli::mock_api::{self, list, status};
+use crate::mock_api::{self, list, status};
 use crate::node::fixtures::{plan, plan_target as target};
 
 const PLAN: &str = "/api/v1/namespaces/lrp/configmaps/lrp-node-plan";

@@ -1,12 +1,16 @@
-//! A mocked API server for the CLI's reads (`tower-test`): each request is asserted (its method, and its path with
-//! the query) and each answer scripted, so a test proves which calls a read makes and what it makes of each answer.
+//! A mocked API server for the I/O shells (`tower-test`): each request is asserted (its method, and its path with
+//! the query) and each answer scripted, so a test proves which calls a read or a write makes, with which body, and
+//! what it makes of each answer. It never stands in for the cluster: what a write does there is proven on the
+//! project's control plane.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
-use tower_test::mock::{self, Handle};
+use tower_test::mock::{self, Handle, SendResponse};
 
 /// The scripted side of a [`Client`].
 pub struct Server {
@@ -32,18 +36,51 @@ impl Server {
     }
 
     async fn respond(&mut self, method: &str, uri: &str, status: u16, body: String) -> serde_json::Value {
+        let received = self.receive(method, uri).await;
+        let sent = received.body.clone();
+        received.reply_text(status, body);
+        sent
+    }
+
+    /// Takes the next request, asserts it is `method` on `uri`, and holds it for a reply.
+    pub async fn receive(&mut self, method: &str, uri: &str) -> Received {
         let (request, send) = self.handle.next_request().await.unwrap_or_else(|| panic!("no request for {uri}"));
         assert_eq!((request.method().as_str(), request.uri().to_string().as_str()), (method, uri));
+        let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let content_type = content_type.map(str::to_string);
         let sent = request.into_body().collect_bytes().await.expect("the request's body");
-        let response = Response::builder().status(status).body(Body::from(body.into_bytes()));
-        send.send_response(response.expect("a response"));
-        serde_json::from_slice(&sent).unwrap_or(serde_json::Value::Null)
+        let body = serde_json::from_slice(&sent).unwrap_or(serde_json::Value::Null);
+        Received { content_type, body, send }
     }
 
     /// Answers the next request, which must be `GET uri`, with `status` and `body`.
     pub async fn get(&mut self, uri: &str, status: u16, body: serde_json::Value) {
         self.answer("GET", uri, status, body).await;
     }
+}
+
+/// A request taken by [`Server::receive`], not answered yet.
+pub struct Received {
+    pub content_type: Option<String>,
+    /// Its body as JSON (`Null` when it has none).
+    pub body: serde_json::Value,
+    send: SendResponse<Response<Body>>,
+}
+
+impl Received {
+    pub fn reply(self, status: u16, body: serde_json::Value) {
+        self.reply_text(status, body.to_string());
+    }
+
+    fn reply_text(self, status: u16, body: String) {
+        let response = Response::builder().status(status).body(Body::from(body.into_bytes()));
+        self.send.send_response(response.expect("a response"));
+    }
+}
+
+/// `call`'s output, which must come without a request: one would wait for an answer that never comes.
+pub async fn without_requests<F: Future>(call: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(5), call).await.expect("no request is made, so no answer is awaited")
 }
 
 /// A Kubernetes `Status` answer of `code` (`NotFound`, `Forbidden`, ...).
