@@ -134,9 +134,12 @@ pub async fn run(args: Args) -> ExitCode {
         }
     };
     let metrics = Metrics::default();
+    let concerns = crate::controller::ConcernMetrics::default();
+    let mut registry = metrics.registry();
+    concerns.register(&mut registry);
     let health = Arc::new(Health::default());
     let auth = args.operation.metrics_auth.then(|| Arc::new(crate::metrics_auth::MetricsAuth::new(client.clone())));
-    let server = http::spawn(listener, health.clone(), metrics.registry(), auth, tls, stopped());
+    let server = http::spawn(listener, health.clone(), registry, auth, tls, stopped());
     let (leading, elector) = if args.operation.leader_elect {
         let settings = lease_settings(&args.operation);
         info!(lease = %format!("{}/{}", settings.namespace, settings.name), identity = %settings.identity, "leader election on");
@@ -157,7 +160,7 @@ pub async fn run(args: Args) -> ExitCode {
             warn!(namespace = %safe(&namespace), "{}", safe(&said));
         }
     });
-    let controller = Controller::new(client, settings, Context::new(metrics, health, leading))
+    let controller = Controller::new(client, settings, Context::new(metrics, concerns, health, leading))
         .node_plan(node_plan)
         .kube_proxy(kube_proxy);
     tokio::spawn(async move {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use local_registry_publisher::controller::Context;
+use local_registry_publisher::controller::{ConcernMetrics, Context};
 use local_registry_publisher::metrics::Metrics;
 use local_registry_publisher::settings::PullSecrets;
 use serde_json::{Value, json};
@@ -290,13 +290,15 @@ async fn a_foreign_secret_is_left_untouched_a_refused_write_is_told_and_kube_pub
     kubectl(&["label", "namespace", &full, LABEL]);
     scenario.apply(source("creds", json!({"token": "t"}))).await;
     scenario.apply(registry("localhost:5001", Some("creds"))).await;
-    let metrics = Metrics::default();
-    let running = scenario.start_with(Context::new(metrics.clone(), Default::default(), None));
+    let concerns = ConcernMetrics::default();
+    let running = scenario.start_with(Context::new(Metrics::default(), concerns.clone(), Default::default(), None));
 
     // A refused write is told on the registry, counted, and retried; other namespaces are not held up.
     let note = scenario.wait_event("registry", "PullSecretFailed").await;
     assert!(note.contains(&full) && note.contains("quota"), "{note}");
-    let refusals = Metrics::encode(&metrics.registry());
+    let mut registry = prometheus_client::registry::Registry::default();
+    concerns.register(&mut registry);
+    let refusals = Metrics::encode(&registry);
     assert!(
         refusals
             .lines()

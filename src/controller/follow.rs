@@ -13,7 +13,6 @@ use tracing::{Instrument, debug, error, info_span};
 use super::{Context, Error, Handoff};
 use crate::backoff::RetryClock;
 use crate::health::{HEARTBEAT, Task};
-use crate::metrics::TaskWrites;
 use crate::publish::Published;
 use crate::watch::{Signals, WatchSets, settle};
 
@@ -29,8 +28,8 @@ pub(super) trait Concern: Send {
     const CONTROLLER: &'static str;
     /// What the log says when a pass fails.
     const FAILED: &'static str;
-    /// What it counts in families of its own, started at 0.
-    const WRITES: TaskWrites;
+    /// Starts the bounded series of its own metrics at 0 (every task's are started for it).
+    fn metrics_started(&self) {}
 
     /// The watches it needs for `published`, given what they hold now.
     fn interest(&self, published: Option<&Published>, snapshot: &Snapshot<Self>) -> Interest<Self>;
@@ -66,7 +65,8 @@ pub(super) async fn run<C: Concern>(mut concern: C, follow: Follow<C::Watches>, 
     futures::pin_mut!(shutdown);
     let health = context.health.clone();
     health.start(C::TASK);
-    context.metrics.task_started(C::CONTROLLER, &Error::LABELS, C::WRITES);
+    context.metrics.task_started(C::CONTROLLER, &Error::LABELS);
+    concern.metrics_started();
     let mut retry = RetryClock::for_writes();
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {

@@ -3,6 +3,8 @@
 //! the registry's Service, a metric per reader, a log line once) which of those addresses kube-proxy's mode does
 //! not serve there and the fixes ([`kube_proxy::unserved`]). It writes nothing but Events.
 
+mod metrics;
+
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -11,10 +13,11 @@ use super::{Context, Error, Handoff};
 use crate::escape::safe;
 use crate::events::EventLog;
 use crate::health::Task;
-use crate::kube_proxy::{self, ConfigTarget, Interest, Mode, Observed, Reader};
+use crate::kube_proxy::{self, ConfigTarget, Interest, Mode, Observed};
 use crate::node::Notice;
 use crate::publish::Published;
 use crate::watch::sets::ProxyWatches as Watches;
+pub use metrics::KubeProxyMetrics;
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "kube-proxy";
@@ -31,7 +34,7 @@ struct Watching {
     /// The controller keeps a node plan, so node agents map what they may to the ClusterIP.
     node_agent: bool,
     events: EventLog<Notice>,
-    metrics: crate::metrics::Metrics,
+    metrics: KubeProxyMetrics,
     /// The mode (or refusal) and the notices last logged, so each is logged once.
     logged_mode: Option<Result<Option<Mode>, String>>,
     logged: Vec<Notice>,
@@ -49,7 +52,7 @@ impl KubeProxyWatcher {
             target,
             node_agent,
             events: EventLog::start(client.clone(), "CheckKubeProxy", &context.instance),
-            metrics: context.metrics.clone(),
+            metrics: context.concerns.kube_proxy.clone(),
             logged_mode: None,
             logged: Vec::new(),
         };
@@ -67,7 +70,6 @@ impl Concern for Watching {
     type Watches = Watches;
     const TASK: Task = Task::KubeProxy;
     const CONTROLLER: &'static str = CONTROLLER;
-    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::LoopbackReaders;
     const FAILED: &'static str = "kube-proxy's mode was not checked";
 
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {
@@ -82,11 +84,8 @@ impl Concern for Watching {
         }
         let mode = mode.ok().flatten();
         let unserved = kube_proxy::unserved(published, mode.as_ref(), self.node_agent);
-        let count = |reader| unserved.iter().filter(|u| u.reader == reader).count();
-        self.metrics.loopback_unserved(Reader::ALL.map(|reader| (reader.as_str(), count(reader))));
         let at_risk = kube_proxy::at_risk(published, mode.as_ref(), self.node_agent);
-        let count = |reader| at_risk.iter().filter(|u| u.reader == reader).count();
-        self.metrics.loopback_at_risk(Reader::ALL.map(|reader| (reader.as_str(), count(reader))));
+        self.metrics.observed(&unserved, &at_risk);
         let notices = kube_proxy::notices(published, mode.as_ref(), &unserved, &at_risk);
         for notice in notices.iter().filter(|notice| !self.logged.contains(notice)) {
             let registry = published.map(|p| p.registry.to_string()).unwrap_or_default();

@@ -79,10 +79,30 @@ impl Error {
     }
 }
 
+/// What each concern counts of its own, beside every task's [`Metrics`]: each kept and registered by its own module,
+/// so a new concern adds its metrics in its own folder and one line here.
+#[derive(Clone, Debug, Default)]
+pub struct ConcernMetrics {
+    pub publisher: publisher::PublisherMetrics,
+    pub pull: pull::PullMetrics,
+    pub node_plan: node::NodePlanMetrics,
+    pub kube_proxy: kube_proxy::KubeProxyMetrics,
+}
+
+impl ConcernMetrics {
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.publisher.register(registry);
+        self.pull.register(registry);
+        self.node_plan.register(registry);
+        self.kube_proxy.register(registry);
+    }
+}
+
 /// What every task shares with the rest of the process.
 #[derive(Clone)]
 pub struct Context {
     pub metrics: Metrics,
+    pub concerns: ConcernMetrics,
     pub health: Arc<Health>,
     /// Whether this replica may write; always true without leader election.
     pub leading: channel::Receiver<bool>,
@@ -93,21 +113,26 @@ pub struct Context {
 
 impl Context {
     /// `leading` comes from a leader elector; `None` means this replica always leads.
-    pub fn new(metrics: Metrics, health: Arc<Health>, leading: Option<channel::Receiver<bool>>) -> Self {
+    pub fn new(
+        metrics: Metrics,
+        concerns: ConcernMetrics,
+        health: Arc<Health>,
+        leading: Option<channel::Receiver<bool>>,
+    ) -> Self {
         let instance = crate::pod::name();
         match leading {
-            Some(leading) => Self { metrics, health, leading, instance, _always_leading: None },
+            Some(leading) => Self { metrics, concerns, health, leading, instance, _always_leading: None },
             None => {
                 let (sender, leading) = channel::channel(true);
                 metrics.leading(true);
-                Self { metrics, health, leading, instance, _always_leading: Some(Arc::new(sender)) }
+                Self { metrics, concerns, health, leading, instance, _always_leading: Some(Arc::new(sender)) }
             }
         }
     }
 
     /// A single replica without leader election, with metrics of its own.
     pub fn standalone() -> Self {
-        Self::new(Metrics::default(), Arc::default(), None)
+        Self::new(Metrics::default(), ConcernMetrics::default(), Arc::default(), None)
     }
 }
 
@@ -194,5 +219,46 @@ async fn probe_api(client: Client, health: Arc<Health>) {
         };
         health.set_api_reachable(ok);
         tokio::time::sleep(HEARTBEAT).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConcernMetrics;
+    use crate::metrics::Metrics;
+
+    /// Every metric the controller and the node agent export, as the `# HELP` lines of their registries name them.
+    fn exported() -> Vec<String> {
+        // A family shows in a scrape once it has a series: each is given one, as a running controller's are.
+        let (metrics, concerns) = (Metrics::default(), ConcernMetrics::default());
+        metrics.task_started("publisher", &["read"]);
+        metrics.watch_started("Service");
+        metrics.leading(true);
+        concerns.publisher.started();
+        concerns.publisher.published(Some(&crate::hosting::LocalRegistryHostingV1::default()), None);
+        concerns.pull.started();
+        concerns.kube_proxy.observed(&[], &[]);
+        let mut controller = metrics.registry();
+        concerns.register(&mut controller);
+        let reporting = crate::agent::Reporting::default();
+        let relayed = reporting.metrics.relay.counters("registry/registry");
+        relayed.refused();
+        reporting.metrics.relay.serving(&[("registry/registry".into(), 1)]);
+        let agent = reporting.metrics.registry();
+        [Metrics::encode(&controller), Metrics::encode(&agent)]
+            .iter()
+            .flat_map(|text| {
+                text.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next()).map(String::from)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_names_every_metric_the_controller_and_the_agents_export() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+        let names = exported();
+        assert!(names.len() > 20, "{names:?}");
+        let missing: Vec<&String> = names.iter().filter(|name| !readme.contains(name.as_str())).collect();
+        assert!(missing.is_empty(), "README.md (Operating it, Metrics) does not name {missing:?}");
     }
 }

@@ -11,6 +11,8 @@ use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod metrics;
+
 use super::follow::{self, Concern, Follow};
 use super::{Context, Error, Handoff};
 use crate::escape::safe;
@@ -21,6 +23,7 @@ use crate::node::NodePlanTarget;
 use crate::node::{self, Interest, NodePlan, Notice, Observed, PLAN_KEY, Reason};
 use crate::publish::Published;
 use crate::watch::sets::NodeWatches as Watches;
+pub use metrics::NodePlanMetrics;
 
 /// The label of this task's reconcile metrics.
 pub const CONTROLLER: &str = "node-plan";
@@ -36,7 +39,7 @@ struct Planning {
     target: NodePlanTarget,
     writer: PlanWriter,
     events: EventLog<Notice>,
-    metrics: crate::metrics::Metrics,
+    metrics: NodePlanMetrics,
     /// The problems last told (the CA bundle's, the refused addresses', the mirrors'), so each is logged once.
     logged: Vec<Notice>,
 }
@@ -49,9 +52,9 @@ impl NodePlanner {
         published: watch::Receiver<Handoff>,
     ) -> Self {
         let planning = Planning {
-            writer: PlanWriter::new(client, &target, context.metrics.clone()),
+            writer: PlanWriter::new(client, &target, context.concerns.node_plan.clone()),
             events: EventLog::start(client.clone(), "PlanNodes", &context.instance),
-            metrics: context.metrics.clone(),
+            metrics: context.concerns.node_plan.clone(),
             target,
             logged: Vec::new(),
         };
@@ -69,7 +72,6 @@ impl Concern for Planning {
     type Watches = Watches;
     const TASK: Task = Task::NodePlan;
     const CONTROLLER: &'static str = CONTROLLER;
-    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::None;
     const FAILED: &'static str = "the node plan was not written";
 
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {
@@ -78,8 +80,7 @@ impl Concern for Planning {
 
     async fn pass(&mut self, published: Option<&Published>, observed: &Observed) -> Result<(), Error> {
         let decision = node::decide(published, observed, &self.target.rules);
-        self.metrics.node_addresses_refused(decision.refused.len());
-        self.metrics.node_mirrors_unusable(decision.mirror_problems.len());
+        self.metrics.decided(decision.refused.len(), decision.mirror_problems.len());
         self.tell_problems(published, &decision);
         // Stamped, so an agent knows the plan is this configuration's (one write after a restart with a new one).
         let plan = NodePlan { stamp: self.target.stamp.clone(), ..decision.plan };
@@ -112,13 +113,13 @@ impl Planning {
 struct PlanWriter {
     api: Api<ConfigMap>,
     target: NodePlanTarget,
-    metrics: crate::metrics::Metrics,
+    metrics: NodePlanMetrics,
     /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
     stored: Option<NodePlan>,
 }
 
 impl PlanWriter {
-    fn new(client: &kube::Client, target: &NodePlanTarget, metrics: crate::metrics::Metrics) -> Self {
+    fn new(client: &kube::Client, target: &NodePlanTarget, metrics: NodePlanMetrics) -> Self {
         Self { api: Api::namespaced(client.clone(), &target.namespace), target: target.clone(), metrics, stored: None }
     }
 
@@ -140,7 +141,7 @@ impl PlanWriter {
             .patch(&self.target.name, &params, &Patch::Apply(desired(&self.target, &plan)))
             .await
             .map_err(|source| Error::Apply { target: self.target.to_string(), source })?;
-        self.metrics.wrote("apply");
+        self.metrics.wrote();
         info!(configmap = %self.target, hosts = plan.hosts.len(), "node plan written");
         self.stored = Some(plan);
         Ok(())

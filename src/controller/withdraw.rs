@@ -17,7 +17,6 @@ use tracing::info;
 
 use super::publisher::ConfigMapWriter;
 use crate::hosting::configmap::{self, Stored};
-use crate::metrics::Metrics;
 use crate::publish::{Withdrawal, withdrawal};
 use crate::settings::Settings;
 
@@ -62,7 +61,7 @@ pub async fn withdraw(
         super::pull::withdraw(client.clone(), pull).await?;
     }
     let target = settings.target();
-    let writer = ConfigMapWriter::new(client, settings, Metrics::default());
+    let writer = ConfigMapWriter::new(client, settings, super::publisher::PublisherMetrics::default());
     let Some(configmap) = writer.read().await? else {
         info!(configmap = %target, "nothing to withdraw");
         return Ok(Outcome::NothingPublished);

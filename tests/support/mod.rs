@@ -148,7 +148,8 @@ impl Scenario {
     /// Starts the publisher and returns the health its probes report.
     pub fn start_with_health(&self) -> (Running, std::sync::Arc<local_registry_publisher::health::Health>) {
         let health = std::sync::Arc::new(local_registry_publisher::health::Health::default());
-        let context = Context::new(local_registry_publisher::metrics::Metrics::default(), health.clone(), None);
+        let metrics = local_registry_publisher::metrics::Metrics::default();
+        let context = Context::new(metrics, Default::default(), health.clone(), None);
         (self.start_with(context), health)
     }
 

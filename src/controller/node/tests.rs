@@ -6,7 +6,6 @@ use serde_json::json;
 
 use super::PlanWriter;
 use crate::controller::Error;
-use crate::metrics::Metrics;
 use crate::mock_api::{self, Server, status, without_requests};
 use crate::node::fixtures::plan;
 use crate::node::{NodePlan, NodePlanTarget, PLAN_KEY};
@@ -22,7 +21,7 @@ fn writer() -> (PlanWriter, Server) {
         rules: Default::default(),
         stamp: None,
     };
-    (PlanWriter::new(&client, &target, Metrics::default()), server)
+    (PlanWriter::new(&client, &target, super::NodePlanMetrics::default()), server)
 }
 
 /// The ConfigMap as the API server holds it: the chart's labels, and `plan` in its data when given.

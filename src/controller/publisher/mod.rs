@@ -3,6 +3,7 @@
 //! see, handed to the other concerns). One pass per burst of changes, and one more when a grace period or a hold
 //! runs out.
 
+mod metrics;
 mod writer;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::registry::{self, Cluster};
 use crate::settings::Settings;
 use crate::watch::sets::PublisherWatches as Watches;
 use crate::watch::{Signals, WatchSets, settle};
+pub use metrics::PublisherMetrics;
 pub use writer::ConfigMapWriter;
 
 /// The label of this task's reconcile metrics.
@@ -98,7 +100,7 @@ impl Publisher {
     pub fn new(client: &kube::Client, settings: Settings, context: Context, published: watch::Sender<Handoff>) -> Self {
         let signals = Signals::new(context.metrics.clone(), context.health.clone());
         Self {
-            writer: ConfigMapWriter::new(client.clone(), &settings, context.metrics.clone()),
+            writer: ConfigMapWriter::new(client.clone(), &settings, context.concerns.publisher.clone()),
             events: EventLog::start(client.clone(), "Publish", &context.instance),
             watches: Watches::new(client, &signals),
             signals,
@@ -120,7 +122,8 @@ impl Publisher {
         futures::pin_mut!(shutdown);
         let health = self.context.health.clone();
         health.start(Task::Publisher);
-        self.context.metrics.task_started(CONTROLLER, &Error::LABELS, crate::metrics::TaskWrites::ConfigMap);
+        self.context.metrics.task_started(CONTROLLER, &Error::LABELS);
+        self.context.concerns.publisher.started();
         // When to look again though nothing changed (a grace period, a conflict hold), and when a failed pass runs
         // again: the same retry clock as the other tasks'.
         let mut recheck_at: Option<Instant> = None;
@@ -270,7 +273,7 @@ impl Publisher {
             self.held_back = held_back;
         }
         if notices.iter().any(|n| n.reason == Reason::ConflictingWriter) {
-            self.context.metrics.conflict();
+            self.context.concerns.publisher.conflict();
         }
         let health = &self.context.health;
         match written {
@@ -282,7 +285,10 @@ impl Publisher {
                 if left.is_some() || (action == Action::Keep && !held) {
                     health.set_failed_writes(0);
                 }
-                self.context.metrics.published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
+                self.context
+                    .concerns
+                    .publisher
+                    .published(document.as_ref(), published.as_ref().map(|p| p.registry.to_string()));
                 self.hand_on(published, kept);
                 notices.extend(confirmation);
             }
@@ -316,7 +322,7 @@ impl Publisher {
         let now = Instant::now();
         self.last_write = Some(now);
         let reaction = now - self.reacting_to.take()?;
-        self.context.metrics.reacted(reaction);
+        self.context.concerns.publisher.reacted(reaction);
         Some(reaction.as_micros())
     }
 

@@ -7,19 +7,19 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 
 use super::Error;
+use super::PublisherMetrics;
 use crate::keys::MANAGER;
-use crate::metrics::Metrics;
 use crate::settings::Settings;
 
 pub struct ConfigMapWriter {
     api: Api<ConfigMap>,
     name: String,
     target: String,
-    metrics: Metrics,
+    metrics: PublisherMetrics,
 }
 
 impl ConfigMapWriter {
-    pub fn new(client: Client, settings: &Settings, metrics: Metrics) -> Self {
+    pub fn new(client: Client, settings: &Settings, metrics: PublisherMetrics) -> Self {
         Self {
             api: Api::namespaced(client, &settings.configmap_namespace),
             name: settings.configmap_name.clone(),

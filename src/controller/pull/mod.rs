@@ -3,6 +3,7 @@
 //! retries the ConfigMap. Each pass (in the loop every following concern shares, `follow::run`): settle the
 //! watches, snapshot, [`pull::plan`], carry it out, report.
 
+mod metrics;
 mod writer;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::publish::Published;
 use crate::pull::{self, Interest, Notice, Observed};
 use crate::settings::PullSecrets;
 use crate::watch::sets::PullWatches as Watches;
+pub use metrics::PullMetrics;
 pub use writer::PullWriter;
 
 /// The label of this task's reconcile metrics.
@@ -44,7 +46,7 @@ impl PullDistributor {
         published: watch::Receiver<Handoff>,
     ) -> Self {
         let distribution = Distribution {
-            writer: PullWriter::new(client.clone(), context.metrics.clone()),
+            writer: PullWriter::new(client.clone(), context.concerns.pull.clone()),
             events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
             settings,
         };
@@ -62,7 +64,6 @@ impl Concern for Distribution {
     type Watches = Watches;
     const TASK: Task = Task::PullSecrets;
     const CONTROLLER: &'static str = CONTROLLER;
-    const WRITES: crate::metrics::TaskWrites = crate::metrics::TaskWrites::PullSecrets;
     const FAILED: &'static str = "pull Secret distribution failed";
 
     fn interest(&self, published: Option<&Published>, observed: &Observed) -> Interest {
@@ -103,7 +104,7 @@ pub async fn withdraw(client: kube::Client, settings: &PullSecrets) -> Result<()
     let observed =
         Observed { secrets: secrets.items.into_iter().map(Arc::new).collect(), accounts, ..Observed::default() };
     let plan = pull::plan(None, &observed, settings);
-    let writer = PullWriter::new(client, crate::metrics::Metrics::default());
+    let writer = PullWriter::new(client, PullMetrics::default());
     writer.carry_out(&plan, None, &mut Vec::new()).await?;
     info!(secrets = plan.delete.len(), serviceaccounts = plan.accounts.len(), "pull Secrets withdrawn");
     Ok(())

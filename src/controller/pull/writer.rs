@@ -7,18 +7,18 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info, warn};
 
+use super::PullMetrics;
 use crate::controller::Error;
 use crate::keys::MANAGER;
-use crate::metrics::Metrics;
 use crate::pull::{AccountPatch, Notice, Plan, Reason};
 
 pub struct PullWriter {
     client: Client,
-    metrics: Metrics,
+    metrics: PullMetrics,
 }
 
 impl PullWriter {
-    pub fn new(client: Client, metrics: Metrics) -> Self {
+    pub fn new(client: Client, metrics: PullMetrics) -> Self {
         Self { client, metrics }
     }
 
@@ -31,7 +31,7 @@ impl PullWriter {
     ) -> Result<(), Error> {
         let mut first_error = None;
         let mut refused = |operation: &'static str, error: Error, notices: &mut Vec<Notice>| {
-            self.metrics.pull_wrote(operation, false);
+            self.metrics.wrote(operation, false);
             warn!(%error, operation, "pull Secret write refused");
             if let Some(regarding) = regarding {
                 notices.push(Notice {
@@ -47,7 +47,7 @@ impl PullWriter {
         for account in &plan.accounts {
             match self.patch_account(account).await {
                 Ok(()) => {
-                    self.metrics.pull_wrote("patch-serviceaccount", true);
+                    self.metrics.wrote("patch-serviceaccount", true);
                     info!(serviceaccount = %format!("{}/{}", account.namespace, account.name), "imagePullSecrets updated");
                 }
                 // Changed since the watch showed it: the newer version is on its way and the next pass uses it.
@@ -68,7 +68,7 @@ impl PullWriter {
             let params = PatchParams::apply(MANAGER).force();
             match api.patch(&secret.name_any(), &params, &Patch::Apply(secret)).await {
                 Ok(_) => {
-                    self.metrics.pull_wrote("apply", true);
+                    self.metrics.wrote("apply", true);
                     info!(secret = %target, "pull Secret written");
                 }
                 Err(source) => refused("apply", Error::Apply { target, source }, notices),
@@ -81,7 +81,7 @@ impl PullWriter {
             let target = format!("Secret {namespace}/{name}");
             match api.delete(name, &DeleteParams { preconditions, ..DeleteParams::default() }).await {
                 Ok(_) => {
-                    self.metrics.pull_wrote("delete", true);
+                    self.metrics.wrote("delete", true);
                     info!(secret = %target, "pull Secret removed");
                 }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}

@@ -7,20 +7,23 @@ use serde_json::json;
 
 use super::ConfigMapWriter;
 use crate::controller::Error;
+use crate::controller::publisher::PublisherMetrics;
 use crate::metrics::Metrics;
 use crate::mock_api::{self, status};
 use crate::settings::Settings;
 
 const CONFIGMAP: &str = "/api/v1/namespaces/kube-public/configmaps/local-registry-hosting";
 
-fn writer() -> (ConfigMapWriter, Metrics, mock_api::Server) {
+fn writer() -> (ConfigMapWriter, PublisherMetrics, mock_api::Server) {
     let (client, server) = mock_api::pair();
-    let metrics = Metrics::default();
+    let metrics = PublisherMetrics::default();
     (ConfigMapWriter::new(client, &Settings::default(), metrics.clone()), metrics, server)
 }
 
-fn writes(metrics: &Metrics, operation: &str) -> bool {
-    let text = Metrics::encode(&metrics.registry());
+fn writes(metrics: &PublisherMetrics, operation: &str) -> bool {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let text = Metrics::encode(&registry);
     text.contains(&format!("local_registry_publisher_configmap_writes_total{{operation=\"{operation}\"}} 1\n"))
 }
 

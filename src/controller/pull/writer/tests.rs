@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::PullWriter;
 use crate::controller::Error;
+use crate::controller::pull::PullMetrics;
 use crate::metrics::Metrics;
 use crate::mock_api::{self, Server, status, without_requests};
 use crate::pull::{AccountPatch, Notice, Plan, Reason};
@@ -35,8 +36,10 @@ fn account(namespace: &str) -> AccountPatch {
     AccountPatch { namespace: namespace.into(), name: "default".into(), patch }
 }
 
-fn count(metrics: &Metrics, family: &str, operation: &str) -> u32 {
-    let text = Metrics::encode(&metrics.registry());
+fn count(metrics: &PullMetrics, family: &str, operation: &str) -> u32 {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let text = Metrics::encode(&registry);
     let series = format!("local_registry_publisher_pull_secret_{family}_total{{operation=\"{operation}\"}} ");
     text.lines().find_map(|l| l.strip_prefix(&series)?.parse().ok()).unwrap_or(0)
 }
@@ -73,7 +76,7 @@ async fn answer_delete(server: &mut Server, namespace: &str, code: u16) -> serde
 #[tokio::test]
 async fn an_empty_plan_makes_no_request() {
     let (client, _server) = mock_api::pair();
-    let writer = PullWriter::new(client, Metrics::default());
+    let writer = PullWriter::new(client, PullMetrics::default());
     let mut notices = Vec::new();
     let plan = Plan { secret_name: "registry-pull".into(), ..Plan::default() };
     without_requests(writer.carry_out(&plan, Some(registry()), &mut notices)).await.expect("nothing to do");
@@ -83,7 +86,7 @@ async fn an_empty_plan_makes_no_request() {
 #[tokio::test]
 async fn accounts_then_applies_then_deletes_each_request_exactly_and_each_write_counted() {
     let (client, mut server) = mock_api::pair();
-    let metrics = Metrics::default();
+    let metrics = PullMetrics::default();
     let writer = PullWriter::new(client, metrics.clone());
     let plan = Plan {
         secret_name: "registry-pull".into(),
@@ -115,7 +118,7 @@ async fn accounts_then_applies_then_deletes_each_request_exactly_and_each_write_
 async fn a_refusal_in_one_namespace_is_told_on_the_registry_and_the_others_are_still_written() {
     for code in [403, 500] {
         let (client, mut server) = mock_api::pair();
-        let metrics = Metrics::default();
+        let metrics = PullMetrics::default();
         let writer = PullWriter::new(client, metrics.clone());
         let plan = Plan {
             secret_name: "registry-pull".into(),
@@ -151,7 +154,7 @@ async fn a_refusal_in_one_namespace_is_told_on_the_registry_and_the_others_are_s
 async fn an_account_changed_meanwhile_is_patched_on_its_next_version_and_keeps_its_namespace_secret() {
     for code in [409, 422] {
         let (client, mut server) = mock_api::pair();
-        let metrics = Metrics::default();
+        let metrics = PullMetrics::default();
         let writer = PullWriter::new(client, metrics.clone());
         // The account still names the Secret: the Secret stays until the account's entry is gone.
         let plan = Plan {
@@ -174,7 +177,7 @@ async fn an_account_changed_meanwhile_is_patched_on_its_next_version_and_keeps_i
 #[tokio::test]
 async fn a_refused_account_patch_is_told_and_keeps_its_namespace_secret_and_a_secret_already_gone_is_done() {
     let (client, mut server) = mock_api::pair();
-    let metrics = Metrics::default();
+    let metrics = PullMetrics::default();
     let writer = PullWriter::new(client, metrics.clone());
     let plan = Plan {
         secret_name: "registry-pull".into(),
