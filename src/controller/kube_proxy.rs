@@ -72,6 +72,10 @@ impl Concern for Watching {
     const CONTROLLER: &'static str = CONTROLLER;
     const FAILED: &'static str = "kube-proxy's mode was not checked";
 
+    fn metrics_started(&self) {
+        self.metrics.observed(&[], &[]);
+    }
+
     fn interest(&self, published: Option<&Published>, _: &Observed) -> Interest {
         kube_proxy::interest(published, &self.target)
     }

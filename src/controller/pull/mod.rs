@@ -36,6 +36,7 @@ struct Distribution {
     settings: PullSecrets,
     writer: PullWriter,
     events: EventLog<Notice>,
+    metrics: PullMetrics,
 }
 
 impl PullDistributor {
@@ -48,6 +49,7 @@ impl PullDistributor {
         let distribution = Distribution {
             writer: PullWriter::new(client.clone(), context.concerns.pull.clone()),
             events: EventLog::start(client.clone(), "DistributePullSecret", &context.instance),
+            metrics: context.concerns.pull.clone(),
             settings,
         };
         Self { follow: Follow::new(client, context, published), distribution }
@@ -65,6 +67,10 @@ impl Concern for Distribution {
     const TASK: Task = Task::PullSecrets;
     const CONTROLLER: &'static str = CONTROLLER;
     const FAILED: &'static str = "pull Secret distribution failed";
+
+    fn metrics_started(&self) {
+        self.metrics.started();
+    }
 
     fn interest(&self, published: Option<&Published>, observed: &Observed) -> Interest {
         pull::interest(published, observed, &self.settings)
