@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the node agent's real-node tests (NODE_AGENT_TESTS, from the Makefile) on each containerd release given, and
 # when every one passes, records what ran in docs/containerd-window.md: the release the started containerd reported,
-# how many tests passed on it, the commit and the day. The README's claims point there, and tests/chart.rs fails when
+# how many tests passed on it, the commit and the day. The README's claims point there, and tests/chart/records.rs fails when
 # the README names a release the record does not hold, or the record is of another release than the pins.
 #
 #   hack/containerd-window.sh MINOR...      (make test-containerd-window: 1.7 2.2 2.3 2.4)
@@ -45,7 +45,7 @@ commit=$(git rev-parse --short HEAD)
   echo "Each row is a containerd release the node agent's real-node tests (\`NODE_AGENT_TESTS\` in the Makefile) ran"
   echo "on, as the started containerd reported it, and how many of them passed there. The README's and"
   echo "[node-pulls.md](node-pulls.md#which-containerd-releases-are-proven)'s releases must each be here, and each"
-  echo "pinned release (tools/containerd*/go.mod) too: tests/chart.rs checks both."
+  echo "pinned release (tools/containerd*/go.mod) too: tests/chart/records.rs checks both."
   echo
   echo "Commit \`$commit\`, $(date -u +%Y-%m-%d)."
   echo
