@@ -2,9 +2,10 @@
 //! serves there: its iptables mode serves IPv4 loopback NodePorts (`localhostNodePorts`, on by default), its
 //! nftables mode serves none (until KEP-6032's `KubeProxyNFTablesLocalhostNodePorts` gate, alpha in 1.37), and no
 //! mode serves `[::1]`. Measured on the project's real node in both modes (docs/development.md); other modes are
-//! told as not measured. [`unserved`] is what the controller's kube-proxy concern decides from it; doctor reads
-//! more sources per node (`cli::nodes::proxy`). Pure.
+//! told as not measured. [`read`] is the one reader of the mode, for the controller and doctor; [`unserved`] is what
+//! the controller's kube-proxy concern decides from it. Pure.
 
+pub mod read;
 mod unserved;
 mod watched;
 
@@ -29,6 +30,32 @@ pub const NFTABLES_LOCALHOST_GATE: &str = "from Kubernetes 1.37, turn on kube-pr
 pub const LOCALHOST_GATE: &str = "KubeProxyNFTablesLocalhostNodePorts";
 /// When kube-proxy's default mode becomes nftables (KEP-5343), as every message that warns of it says it.
 pub const NFTABLES_DEFAULT: &str = "from Kubernetes 1.40 kube-proxy's default mode is nftables (KEP-5343)";
+
+/// What has a published loopback NodePort address served where kube-proxy's mode does not serve it, as the
+/// controller's Event and doctor both say it: any one of them. `for_runtime`: the node's runtime is among those that
+/// cannot pull it, which the node agent's file fixes (tools on the node it does not).
+pub fn unserved_fixes(mode: &Mode, for_runtime: bool) -> String {
+    let mut fixes = vec!["relay the registry on every node's loopback (nodeAgent.relay, served in every mode)"];
+    if for_runtime {
+        fixes.push("turn on the node agent (nodeAgent.enabled=true), whose file maps the address to the ClusterIP for the node's runtime");
+    }
+    fixes.push(
+        "give the registry's pod a hostPort (served on the loopback in every mode, and published before its nodePort)",
+    );
+    if mode.name == "nftables" {
+        fixes.push(NFTABLES_LOCALHOST_GATE);
+    }
+    format!("any of: {}", fixes.join("; "))
+}
+
+/// What keeps serving a published loopback NodePort address that kube-proxy serves only in its default mode, once
+/// that default becomes nftables ([`NFTABLES_DEFAULT`]), as the controller's Event and doctor both say it.
+pub fn at_risk_fixes() -> String {
+    format!(
+        "any of: set mode: iptables in kube-proxy's configuration; relay the registry on every node's loopback \
+         (nodeAgent.relay, served in every mode); give the registry's pod a hostPort; {NFTABLES_LOCALHOST_GATE}"
+    )
+}
 
 /// kube-proxy's mode and where it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]

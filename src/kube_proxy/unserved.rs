@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{CONFIG_KEY, CONFIG_MAP, Mode, NFTABLES_DEFAULT, NFTABLES_LOCALHOST_GATE, Serves};
+use super::{CONFIG_KEY, CONFIG_MAP, Mode, NFTABLES_DEFAULT, Serves};
 use crate::hosting::Field;
 use crate::node::{self, Notice, Reason, served_on_node_loopback};
 use crate::publish::Published;
@@ -97,9 +97,10 @@ pub fn interest(published: Option<&Published>, target: &ConfigTarget) -> super::
 pub fn mode(observed: &super::Observed, target: &ConfigTarget) -> Result<Option<Mode>, String> {
     match observed.configs.get(&target.key()) {
         Some(Err(refusal)) => Err(refusal.clone()),
-        Some(Ok(found)) => {
-            Ok(found.iter().find_map(|config| Mode::from_configuration(config.0.as_deref()?, target.source())))
-        }
+        Some(Ok(found)) => Ok(found.iter().find_map(|config| {
+            let config = Some((config.0.clone()?, target.clone()));
+            super::read::shared(&super::read::Sources { config, ..super::read::Sources::default() })
+        })),
         None => Ok(None),
     }
 }
@@ -156,11 +157,10 @@ fn at_risk_notice(published: Option<&Published>, mode: Option<&Mode>, at_risk: &
         .collect();
     let message = format!(
         "kube-proxy runs its default mode, iptables ({} names no mode), which serves the published loopback NodePort \
-         today; {NFTABLES_DEFAULT}, which serves none, so on that upgrade {}. Keep it: set mode: iptables in \
-         kube-proxy's configuration, relay the registry on every node's loopback (nodeAgent.relay, served in every \
-         mode), give the registry's pod a hostPort, or, {NFTABLES_LOCALHOST_GATE}",
+         today; {NFTABLES_DEFAULT}, which serves none, so on that upgrade {}. To keep it, {}",
         mode.source,
-        said.join(" and ")
+        said.join(" and "),
+        super::at_risk_fixes()
     );
     Some(Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortAtRisk, message })
 }
@@ -178,21 +178,19 @@ fn unserved_notice(published: Option<&Published>, mode: Option<&Mode>, unserved:
                     "tools on a node's machine reach {field} {address} only where that machine forwards its port to \
                      a node's own address (kind's extraPortMappings do): kube-proxy serves {words}"
                 ),
-                Reader::Runtime => format!(
-                    "no node's containerd can pull {field} {address}: kube-proxy serves {words}; turn on the node \
-                     agent (nodeAgent.enabled=true), whose file maps it to the ClusterIP"
-                ),
+                Reader::Runtime => {
+                    format!("no node's containerd can pull {field} {address}: kube-proxy serves {words}")
+                }
             }
         })
         .collect();
-    let gate = if mode.name == "nftables" { format!(", or, {NFTABLES_LOCALHOST_GATE}") } else { String::new() };
+    let for_runtime = unserved.iter().any(|u| u.reader == Reader::Runtime);
     let message = format!(
-        "kube-proxy runs in {} mode ({}): {}. The node agents' relay (nodeAgent.relay) serves the registry on every \
-         node's loopback in every mode; a hostPort on the registry's pod is served on the loopback in every mode \
-         and is published before its nodePort{gate}",
+        "kube-proxy runs in {} mode ({}): {}. To have it served, {}",
         mode.name,
         mode.source,
-        said.join("; ")
+        said.join("; "),
+        super::unserved_fixes(mode, for_runtime)
     );
     Some(Notice { regarding: published.reference.clone(), reason: Reason::LoopbackNodePortUnserved, message })
 }

@@ -54,6 +54,7 @@ pub async fn proxies(client: &Client, nodes: Option<&Result<Vec<Node>, String>>)
     let pods = pods.list(&ListParams::default().labels(proxy::POD_LABEL)).await.map(|l| l.items).unwrap_or_default();
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let config = configmaps.get_opt(name).await.ok().flatten().and_then(|c| c.data?.remove(proxy::CONFIG_KEY));
+    let config = config.map(|text| (text, crate::kube_proxy::ConfigTarget::kubeadm()));
     proxy::Sources { nodes, pods, config }
 }
 

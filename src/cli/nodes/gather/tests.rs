@@ -129,7 +129,7 @@ async fn kube_proxys_mode_is_read_from_the_nodes_its_pods_and_its_configmap_each
     .await;
     assert_eq!(found.nodes.expect("nodes").len(), 1);
     assert_eq!(found.pods.len(), 1);
-    assert_eq!(found.config.as_deref(), Some("mode: nftables\n"));
+    assert_eq!(found.config.as_ref().map(|(text, _)| text.as_str()), Some("mode: nftables\n"));
     let refused = proxies_answered([forbidden(), forbidden(), forbidden()]).await;
     assert!(refused.nodes.is_err_and(|why| why.contains("Forbidden")));
     assert!(refused.pods.is_empty() && refused.config.is_none());

@@ -2,6 +2,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo, PodSpec, PodTemplateSpec};
 
 use super::*;
+use crate::kube_proxy::ConfigTarget;
 use crate::node::fixtures::{CLUSTER_IP_ENDPOINT, plan, plan_target as target};
 use crate::node::mirror::{Mirror, MirrorFault, MirrorProblem, Via};
 use crate::node::{CaProblem, Refusal};
@@ -244,7 +245,8 @@ fn each_node_is_judged_by_its_own_agent_pod_and_its_own_state() {
 
     // kube-proxy in nftables mode: the node whose agent wrote the file pulls the loopback nodePort through it.
     let nodes = found.nodes.clone();
-    let nftables = proxy::Sources { nodes, pods: Vec::new(), config: Some("mode: nftables\n".into()) };
+    let nftables =
+        proxy::Sources { nodes, pods: Vec::new(), config: Some(("mode: nftables\n".into(), ConfigTarget::kubeadm())) };
     let (section, _) =
         super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found), Some(&nftables));
     let said = text(&section);
@@ -266,7 +268,7 @@ fn with_the_agent_off_kube_proxys_mode_decides_each_nodes_pull_of_the_loopback_n
             docker
         }]),
         pods: Vec::new(),
-        config: Some(config.into()),
+        config: Some((config.into(), ConfigTarget::kubeadm())),
     };
     let (nftables, _) =
         super::section(Some(&published), false, None, &decided(&[]), None, Some(&sources("mode: nftables\n")));

@@ -1,4 +1,4 @@
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 
 use super::*;
 
@@ -20,7 +20,8 @@ fn pod(name: &str, on: &str, command: &[&str], args: &[&str]) -> Pod {
 }
 
 fn sources(pods: Vec<Pod>, config: Option<&str>) -> Sources {
-    Sources { nodes: Ok(Vec::new()), pods, config: config.map(Into::into) }
+    let config = config.map(|text| (text.to_string(), crate::kube_proxy::ConfigTarget::kubeadm()));
+    Sources { nodes: Ok(Vec::new()), pods, config }
 }
 
 fn found(name: &str, source: String) -> Mode {
