@@ -281,30 +281,12 @@ async fn wait_doctor(ns: &str, status: i32, check: impl Fn(&str) -> bool) -> Str
     support::agent::wait_doctor(plane(), ns, status, check).await
 }
 
-/// The address of the release's pod of `component` in `ns` on the real node, once it has one. The DaemonSet runs
-/// on the simulated node too, whose pods have addresses nothing answers at.
 async fn pod_ip_on_node(client: &Client, ns: &str, component: &str) -> Option<String> {
-    let selector = format!("app.kubernetes.io/component={component}");
-    let listed =
-        Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default().labels(&selector)).await.ok()?;
-    let on_node = |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name());
-    listed.items.iter().find(on_node)?.status.as_ref()?.pod_ip.clone()
+    support::agent::pod_ip_on(client, ns, component, node()).await
 }
 
-/// The /metrics of the release's pod of `component` on the real node in `ns`, fetched on the node (where pod IPs
-/// are routed), once it satisfies `check`.
 async fn wait_pod_metrics(client: &Client, ns: &str, component: &str, check: impl Fn(&str) -> bool) -> String {
-    let scrape = || async {
-        let ip = pod_ip_on_node(client, ns, component).await?;
-        let url = format!("http://{ip}:8080/metrics");
-        let output = node().command("curl").args(["-sf", "--max-time", "5", &url]).output().ok()?;
-        Some(String::from_utf8_lossy(&output.stdout).into_owned())
-    };
-    let found = wait_until(SOON_ON_A_NODE, || async { scrape().await.filter(|text| check(text)) }).await;
-    match found {
-        Some(text) => text,
-        None => panic!("the {component}'s metrics never said what was expected:\n{:?}", scrape().await),
-    }
+    support::agent::wait_pod_metrics_on(client, ns, component, node(), check).await
 }
 
 /// The real node's agent's /metrics in `ns`, once they satisfy `check`.

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use testbed::{ControlPlane, RealNode};
 
@@ -13,6 +15,8 @@ use super::{SOON_ON_A_NODE, apply_in, ok, root, wait_until};
 
 pub const REGISTRY_LABEL: &str = "testbed.local/isolated-registry";
 pub const AGENT_PODS: &str = "app.kubernetes.io/component=node-agent";
+/// How often the agents of [`values`] pass over their node with nothing changed.
+pub const RESYNC_SECONDS: f64 = 2.0;
 
 /// `helm install` or `helm upgrade` of the working tree's chart as `release` in `ns` with `values`, waiting for it
 /// (an install creates the namespace when it is missing).
@@ -42,7 +46,7 @@ pub fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
         "nodeAgent.enabled=true".into(),
         format!("nodeAgent.configPath={}", node.config_path_on_node()),
         format!("nodeAgent.containerdConfig={}", node.containerd_config_on_node()),
-        "nodeAgent.resync=2s".into(),
+        format!("nodeAgent.resync={RESYNC_SECONDS}s"),
     ];
     values.extend(extra.iter().map(|v| v.to_string()));
     values
@@ -174,4 +178,39 @@ pub fn push(
         std::thread::sleep(Duration::from_millis(500));
     }
     panic!("pushing {reference} failed: {last}");
+}
+
+/// The address of the release's pod of `component` in `ns` on `node`, once it has one. A DaemonSet runs on the
+/// simulated node too, whose pods have addresses nothing answers at.
+pub async fn pod_ip_on(client: &Client, ns: &str, component: &str, node: &RealNode) -> Option<String> {
+    let selector = format!("app.kubernetes.io/component={component}");
+    let listed =
+        Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default().labels(&selector)).await.ok()?;
+    let on_node = |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name());
+    listed.items.iter().find(on_node)?.status.as_ref()?.pod_ip.clone()
+}
+
+/// The /metrics of the release's pod of `component` in `ns` on `node`, fetched on the node (where pod IPs are
+/// routed); `None` while it does not answer.
+pub async fn pod_metrics_on(client: &Client, ns: &str, component: &str, node: &RealNode) -> Option<String> {
+    let ip = pod_ip_on(client, ns, component, node).await?;
+    let url = format!("http://{ip}:8080/metrics");
+    let output = node.command("curl").args(["-sf", "--max-time", "5", &url]).output().ok()?;
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// [`pod_metrics_on`] once they satisfy `check`, else a panic with the last scrape.
+pub async fn wait_pod_metrics_on(
+    client: &Client,
+    ns: &str,
+    component: &str,
+    node: &RealNode,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let scrape = || pod_metrics_on(client, ns, component, node);
+    let found = wait_until(SOON_ON_A_NODE, || async { scrape().await.filter(|text| check(text)) }).await;
+    match found {
+        Some(text) => text,
+        None => panic!("the {component}'s metrics never said what was expected:\n{:?}", scrape().await),
+    }
 }

@@ -1,7 +1,10 @@
 //! Each node's agent writes only its own node's NodePullState: the chart's admission policy admits an agents' write
 //! only for the node its token is bound to, and an agent undoes anyone else's write to its own node's state.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use local_registry_publisher::node::api::state::NodePullState;
@@ -9,7 +12,7 @@ use serde_json::json;
 use testbed::RealNode;
 
 use super::plane;
-use super::support::agent::{AGENT_PODS, values};
+use super::support::agent::{AGENT_PODS, RESYNC_SECONDS, values, wait_pod_metrics_on};
 use super::support::{SOON_ON_A_NODE, client_for, token_kubeconfig_for, wait_until};
 
 /// The token the kubelet gave the release's agent pod on `node` (its projected ServiceAccount token, bound to the
@@ -27,6 +30,25 @@ async fn agent_token(client: &Client, ns: &str, node: &RealNode) -> String {
         .find(|e| e.file_name().to_string_lossy().starts_with("kube-api-access-"))
         .expect("its token volume");
     std::fs::read_to_string(dir.path().join("token")).expect("the token").trim().to_string()
+}
+
+/// What the release's agent on `node` has written: its NodePullState's version and each Event on its Pod with its
+/// version (a repeated Event is a write to the same object).
+async fn agent_writes(client: &Client, ns: &str, node: &RealNode) -> (Option<String>, BTreeSet<(String, String)>) {
+    let state = Api::<NodePullState>::namespaced(client.clone(), ns).get_opt(node.name()).await.expect("its state");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let listed = pods.list(&ListParams::default().labels(AGENT_PODS)).await.expect("agent pods");
+    let on_node = |p: &&Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name());
+    let agent = listed.items.iter().find(on_node).expect("the node's agent").name_any();
+    let events = Api::<Event>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("Events");
+    let on_agent = |e: &&Event| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(agent.as_str());
+    let told = events.items.iter().filter(on_agent).map(|e| (e.name_any(), e.resource_version().unwrap_or_default()));
+    (state.and_then(|s| s.metadata.resource_version), told.collect())
+}
+
+/// The value of the sample `name` (without labels) in a /metrics text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 async fn condition_message(states: &Api<NodePullState>, node: &str) -> Option<String> {
@@ -82,11 +104,16 @@ async fn one_nodes_agent_cannot_write_another_nodes_state_and_a_forged_state_is_
             condition_message(&states, node.name()).await
         );
     }
-    // And then stays: the agent's echo of its own write is no reason to write again.
-    let version = |state: Option<NodePullState>| state.and_then(|s| s.metadata.resource_version);
-    let settled = version(states.get_opt(second.name()).await.unwrap());
-    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
-    assert_eq!(version(states.get_opt(second.name()).await.unwrap()), settled, "a settled node costs no write");
+    // And then stays: the agent's echo of its own write is no reason to write again, nor is any pass over a node
+    // where nothing changed. Its only writes (its state, the Events on its Pod) counted over three passes: none.
+    let writes = || agent_writes(&client, &ns, second);
+    let settled = writes().await;
+    let passes = |text: &str| sample(text, "local_registry_publisher_node_last_sync_timestamp_seconds");
+    let scrape = || wait_pod_metrics_on(&client, &ns, "node-agent", second, |text| passes(text).is_some());
+    let from = passes(&scrape().await).expect("its last pass");
+    let three_passes_later = |text: &str| passes(text).is_some_and(|at| at >= from + 3.0 * RESYNC_SECONDS);
+    wait_pod_metrics_on(&client, &ns, "node-agent", second, three_passes_later).await;
+    assert_eq!(writes().await, settled, "a settled node costs no write");
 
     super::support::agent::helm_uninstall(plane, "ownstate", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
