@@ -96,23 +96,43 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     let (code, report) = doctor_status(&ns);
     assert!(report.contains(&configured) && code == Some(ALL_WELL), "{code:?}: {report}");
 
-    // `edit` in the release's own namespace cannot write a state directly (create, patch or delete); that namespace
-    // is still cluster-admin only, since `edit` can run a pod as the agents' ServiceAccount (docs/node-pulls.md).
-    let editor = support::edit_only_client(&client, plane.kubeconfig(), &ns).await;
-    let states = Api::<local_registry_publisher::node::api::state::NodePullState>::namespaced(editor, &ns);
-    let forged = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
-        "metadata": {"name": node().name()}, "status": {"addresses": []}});
-    let params = kube::api::PatchParams::apply("forger").force();
-    support::forbidden(
-        states.patch(node().name(), &params, &kube::api::Patch::Apply(&forged)).await,
-        "patching a node's state",
-    );
-    support::forbidden(states.delete(node().name(), &Default::default()).await, "deleting a node's state");
-    let invented = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
-        "metadata": {"name": "a-node-that-is-not-there"}});
-    let invented: local_registry_publisher::node::api::state::NodePullState =
-        serde_json::from_value(invented).expect("a NodePullState");
-    support::forbidden(states.create(&Default::default(), &invented).await, "creating a node's state");
+    // `edit` and `admin` in the release's own namespace cannot write a state directly (create, patch or delete);
+    // and still that namespace is cluster-admin only, as docs/node-pulls.md says: both may rewrite the node plan and
+    // run a pod as the agents' ServiceAccount (each tried as a server-side dry run, which is authorized as the
+    // write itself).
+    for role in ["edit", "admin"] {
+        let holder = support::role_only_client(&client, plane.kubeconfig(), &ns, role, &format!("holder-{role}")).await;
+        let states = Api::<local_registry_publisher::node::api::state::NodePullState>::namespaced(holder.clone(), &ns);
+        let forged = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
+            "metadata": {"name": node().name()}, "status": {"addresses": []}});
+        let params = kube::api::PatchParams::apply("forger").force();
+        let what = |doing: &str| format!("{role}: {doing}");
+        support::forbidden(
+            states.patch(node().name(), &params, &kube::api::Patch::Apply(&forged)).await,
+            &what("patching a node's state"),
+        );
+        support::forbidden(states.delete(node().name(), &Default::default()).await, &what("deleting a node's state"));
+        let invented = json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
+            "metadata": {"name": "a-node-that-is-not-there"}});
+        let invented: local_registry_publisher::node::api::state::NodePullState =
+            serde_json::from_value(invented).expect("a NodePullState");
+        support::forbidden(states.create(&Default::default(), &invented).await, &what("creating a node's state"));
+
+        let plans = Api::<ConfigMap>::namespaced(holder.clone(), &ns);
+        let plan = &state.plan.config_map;
+        let rewritten = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": plan},
+            "data": {local_registry_publisher::node::PLAN_KEY: "{}"}});
+        let dry = kube::api::PatchParams::apply("rewriter").force().dry_run();
+        let rewrite = plans.patch(plan, &dry, &kube::api::Patch::Apply(&rewritten)).await;
+        assert!(rewrite.is_ok(), "{role} may rewrite the node plan, as the docs warn: {rewrite:?}");
+        let account = "nodestate-local-registry-publisher-node-agent";
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("as-the-agents-{role}")},
+            "spec": {"serviceAccountName": account, "containers": [{"name": "c", "image": "pause"}]}}))
+        .expect("a Pod");
+        let dry = kube::api::PostParams { dry_run: true, ..Default::default() };
+        let run = Api::<Pod>::namespaced(holder, &ns).create(&dry, &pod).await;
+        assert!(run.is_ok(), "{role} may run a pod as the agents' ServiceAccount {account}, as the docs warn: {run:?}");
+    }
 
     // An agent whose process is frozen (SIGSTOP: its pass loop and its probes alike) turns unready, and doctor calls
     // what it last wrote stale and fails. That a pass loop late on its own makes the agent unready is the health

@@ -548,21 +548,33 @@ pub fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str)
 /// A client acting as `system:serviceaccount:<ns>:tenant` (impersonated by the admin of `kubeconfig`), which holds
 /// the built-in `edit` role in `ns` and nothing else: what a namespace's ordinary user may do.
 pub async fn edit_only_client(admin: &Client, kubeconfig: &std::path::Path, ns: &str) -> Client {
+    role_only_client(admin, kubeconfig, ns, "edit", "tenant").await
+}
+
+/// A client acting as `system:serviceaccount:<ns>:<account>`, which holds the built-in ClusterRole `role` (`edit`,
+/// `admin`) in `ns` and nothing else.
+pub async fn role_only_client(
+    admin: &Client,
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    role: &str,
+    account: &str,
+) -> Client {
     use k8s_openapi::api::rbac::v1::RoleBinding;
     let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), ns);
-    let account = serde_json::from_value(json!({"metadata": {"name": "tenant"}})).expect("a ServiceAccount");
-    accounts.create(&PostParams::default(), &account).await.expect("create the tenant's ServiceAccount");
+    let made = serde_json::from_value(json!({"metadata": {"name": account}})).expect("a ServiceAccount");
+    accounts.create(&PostParams::default(), &made).await.expect("create the tenant's ServiceAccount");
     let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+        "metadata": {"name": format!("{account}-{role}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
     }))
     .expect("a RoleBinding");
     Api::<RoleBinding>::namespaced(admin.clone(), ns).create(&PostParams::default(), &binding).await.expect("bind");
     let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
     let options = kube::config::KubeConfigOptions::default();
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("a config");
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:tenant"));
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:{account}"));
     let tenant = Client::try_from(config).expect("the tenant's client");
     // The authorizer sees a new RoleBinding a moment later: wait until it grants what `edit` grants.
     use k8s_openapi::api::authorization::v1::{
@@ -587,7 +599,7 @@ pub async fn edit_only_client(admin: &Client, kubeconfig: &std::path::Path, ns: 
         answer.status.is_some_and(|s| s.allowed).then_some(())
     })
     .await;
-    assert!(granted.is_some(), "the tenant's edit RoleBinding in {ns} never took effect");
+    assert!(granted.is_some(), "the {account}'s {role} RoleBinding in {ns} never took effect");
     tenant
 }
 
