@@ -243,6 +243,27 @@ async fn under_the_charts_network_policies_the_controller_publishes_the_agent_wr
         "the API server answers a pod the controller's policy selects: {answers:?}"
     );
 
+    // The agents' policy likewise, from the agent's own network namespace (its process's, entered on the machine:
+    // a bare pod with the agents' labels would be taken by their DaemonSet): the registry is refused, and the API
+    // server answers through the kubernetes Service.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let agents =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/component=node-agent")).await.expect("agents");
+    let on_node = |p: &&Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node().name());
+    let agent_pod = agents.items.iter().find(on_node).expect("the real node's agent");
+    let statuses = agent_pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+    let container = statuses.and_then(|c| c.first()).and_then(|c| c.container_id.clone()).expect("its container");
+    let pid = container_process(container.rsplit('/').next().unwrap_or_default()).to_string();
+    let from_agent = |url: &str| {
+        let asked = Command::new("nsenter")
+            .args(["-t", &pid, "-n", "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", url])
+            .output()
+            .expect("nsenter curl");
+        String::from_utf8_lossy(&asked.stdout).trim().to_string()
+    };
+    assert_eq!(from_agent(&registry), "000", "the agents' policy refuses the registry to the agent");
+    assert_eq!(from_agent(&api), "200", "the API server answers the agent through the kubernetes Service");
+
     // The registry moves under the policies: the controller publishes the new address and the agent writes it.
     let moved = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "registry", "labels": {ISOLATED_LABEL: ns}},
