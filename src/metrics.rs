@@ -34,6 +34,12 @@ struct ResourceLabels {
     resource: String,
 }
 
+/// A write's operation (`apply`, `delete`, ...), as every writer's counters label it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NameLabels {
     name: &'static str,

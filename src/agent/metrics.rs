@@ -12,17 +12,12 @@ use prometheus_client::registry::{Registry as MetricsRegistry, Unit};
 
 use super::runtime::Report;
 use super::state::{Derived, counts};
-use crate::metrics::ProcessCollector;
+use crate::metrics::{OperationLabels, ProcessCollector};
 use crate::node::api::state::{ConfigPathCheck, Verdict};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    operation: &'static str,
 }
 
 /// Cheap to clone (shared handles).

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::metrics::OperationLabels;
+
 use crate::hosting::LocalRegistryHostingV1;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -20,11 +22,6 @@ struct PublishedLabels {
     host_from_cluster_network: String,
     help: String,
     registry: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    operation: &'static str,
 }
 
 /// The publisher's own metrics; cheap to clone (shared handles).

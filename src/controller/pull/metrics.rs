@@ -1,14 +1,10 @@
 //! What the pull-Secret task counts of its own: its writes and the API server's refusals, by operation.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    operation: &'static str,
-}
+use crate::metrics::OperationLabels;
 
 /// Every operation the task writes with.
 const OPERATIONS: [&str; 3] = ["apply", "delete", "patch-serviceaccount"];
