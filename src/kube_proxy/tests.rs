@@ -171,6 +171,13 @@ fn kube_proxys_gate_and_node_port_addresses_decide_what_each_mode_serves() {
     );
     assert!(flagged.localhost_gate && flagged.node_port_addresses == ["localhost"], "{flagged:?}");
     assert_eq!(flagged.serves("[::1]:30500"), Serves::Yes);
+    // Only that gate turned on counts: off by name, or another gate on, is not it.
+    let gated = config(gated);
+    for gates in ["--feature-gates=KubeProxyNFTablesLocalhostNodePorts=false,Other=true", "--feature-gates=Other=true"]
+    {
+        let flagged = gated.clone().with_flags([gates].into_iter());
+        assert!(!flagged.localhost_gate, "{gates}: {flagged:?}");
+    }
 }
 
 #[test]
