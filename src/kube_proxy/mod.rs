@@ -138,14 +138,10 @@ impl Mode {
     }
 
     /// The mode kube-proxy runs once its default becomes nftables ([`NFTABLES_DEFAULT`]), when this one is its
-    /// default (not explicit) today; the same gate and addresses.
+    /// default (not explicit) today; the same gate and addresses. Only asked what it serves (iptables' own
+    /// `localhostNodePorts` means nothing to nftables).
     pub fn after_default_flip(&self) -> Option<Mode> {
-        (!self.explicit && self.name == "iptables").then(|| Mode {
-            name: "nftables".into(),
-            source: format!("kube-proxy's default from 1.40, {} setting no mode", self.source),
-            localhost_node_ports_off: false,
-            ..self.clone()
-        })
+        (!self.explicit && self.name == "iptables").then(|| Mode { name: "nftables".into(), ..self.clone() })
     }
 
     /// Whether `nodePortAddresses` takes in 127.0.0.1: none given (every address), `localhost`, or a CIDR holding it.

@@ -125,6 +125,9 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     assert!(fault(Err("forbidden")).contains("cannot be read (forbidden): the chart lets"));
     // Too large for the plan: refused for this registry, whose files the plan then leaves out, and the admin's
     // mirrors are planned as ever.
+    // A bundle of many CAs (Mozilla's is about 220 KiB; a company's few dozen KiB) up to 64 KiB is taken.
+    let many = format!("{CA}{}", "#".repeat(60 * 1024));
+    assert_eq!(ca_bundle(&tls, &observed(&source, Ok(Some(Some(many.as_str()))))), Ok(Some(many.clone())));
     let huge = format!("{CA}{}", "#".repeat(CA_LIMIT));
     assert!(fault(Ok(Some(Some(huge.as_str())))).contains(&format!("more than the {CA_LIMIT} the node plan takes")));
     let rules =
