@@ -217,3 +217,10 @@ fn a_default_iptables_mode_is_told_ahead_of_nftables_becoming_the_default_and_an
     let relayed = crate::node::fixtures::published_with(node_port(), &settings);
     assert_eq!(at_risk(Some(&relayed), Some(&default), false), [], "the relay's address is served in every mode");
 }
+
+#[test]
+fn the_node_agent_stands_in_only_for_an_address_its_plan_maps() {
+    let registry = published(node_port());
+    assert!(crate::node::redirects(&registry, "localhost:30500"), "the loopback nodePort is mapped to the ClusterIP");
+    assert!(!crate::node::redirects(&registry, "elsewhere.example:5000"), "an address the plan does not name");
+}
