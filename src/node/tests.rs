@@ -128,6 +128,12 @@ fn the_ca_bundle_is_read_from_the_object_the_annotation_names_and_each_fault_say
     // A bundle of many CAs (Mozilla's is about 220 KiB; a company's few dozen KiB) up to 64 KiB is taken.
     let many = format!("{CA}{}", "#".repeat(60 * 1024));
     assert_eq!(ca_bundle(&tls, &observed(&source, Ok(Some(Some(many.as_str()))))), Ok(Some(many.clone())));
+    let exact = format!("{CA}{}", "#".repeat(CA_LIMIT - CA.len()));
+    assert_eq!(
+        ca_bundle(&tls, &observed(&source, Ok(Some(Some(exact.as_str()))))),
+        Ok(Some(exact.clone())),
+        "at the limit"
+    );
     let huge = format!("{CA}{}", "#".repeat(CA_LIMIT));
     assert!(fault(Ok(Some(Some(huge.as_str())))).contains(&format!("more than the {CA_LIMIT} the node plan takes")));
     let rules =
