@@ -137,6 +137,7 @@ fn the_notice_names_each_address_its_reader_the_mode_where_it_was_read_and_the_f
     assert!(notice.message.len() < 1024, "the Events API's limit");
     let [with_agent] = told(&nftables, true).try_into().expect("one notice");
     assert!(!with_agent.message.contains("containerd"), "{}", with_agent.message);
+    assert!(!with_agent.message.contains("nodeAgent.enabled"), "the agent is on: not a fix: {}", with_agent.message);
     assert_eq!(told(&mode("iptables"), false), []);
     // The gate is nftables' own.
     let ipv6 = published(node_port().annotation(annotations::HOST, "[::1]:30500"));
