@@ -149,6 +149,8 @@ mod tests {
         assert!(problem.to_string().contains("registry/registry"), "{problem}");
         assert!(problem.to_string().contains("port 5001"), "{problem}");
         assert_eq!(super::problem(&published, &[]), None, "a registry the admin does not relay needs no relay");
+        let beside = RelayRule { namespace: "registry".into(), name: "other".into(), port: 5001 };
+        assert_eq!(super::problem(&published, &[beside]), None, "a rule for another registry of its namespace");
         let relayed = published_with(clusterip(), &relaying(5001));
         assert_eq!(super::problem(&relayed, &relaying(5001).relays), None);
     }
