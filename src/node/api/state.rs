@@ -204,26 +204,6 @@ pub enum ListenerState {
     Off,
 }
 
-impl ListenerState {
-    pub const ALL: [ListenerState; 5] = [
-        ListenerState::Serving,
-        ListenerState::Taken,
-        ListenerState::Unavailable,
-        ListenerState::Failed,
-        ListenerState::Off,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ListenerState::Serving => "serving",
-            ListenerState::Taken => "taken",
-            ListenerState::Unavailable => "unavailable",
-            ListenerState::Failed => "failed",
-            ListenerState::Off => "off",
-        }
-    }
-}
-
 /// What a planned address is on this node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -471,6 +451,18 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/local-registry-publisher/crds/nodepullstates.yaml");
         let file = std::fs::read_to_string(path).expect("the chart's CRD");
         assert_eq!(file, crd_file(), "the chart's CRD differs from the type's: run `make manifests`");
+    }
+
+    #[test]
+    fn an_unknown_format_is_taken_out_wherever_it_is_nested_in_objects_and_lists() {
+        let schema = serde_json::from_value(serde_json::json!({"type": "object", "properties": {
+            "port": {"type": "integer", "format": "uint16", "minimum": 0},
+            "either": {"anyOf": [{"type": "integer", "format": "uint32"}, {"type": "string", "format": "date-time"}]},
+        }}))
+        .expect("a schema");
+        let text = serde_json::to_string(&known_formats_only(schema)).expect("JSON");
+        assert!(!text.contains("uint"), "{text}");
+        assert!(text.contains("\"minimum\":0") && text.contains("date-time"), "the rest stays: {text}");
     }
 
     #[test]
