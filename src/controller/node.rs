@@ -114,8 +114,9 @@ struct PlanWriter {
     api: Api<ConfigMap>,
     target: NodePlanTarget,
     metrics: NodePlanMetrics,
-    /// What the ConfigMap holds as far as this task knows; `None` until read or written once.
-    stored: Option<NodePlan>,
+    /// What the ConfigMap holds as far as this task knows: `None` until read once, then the plan it holds (none in
+    /// the chart's empty one) until a write replaces it.
+    stored: Option<Option<NodePlan>>,
 }
 
 impl PlanWriter {
@@ -131,9 +132,9 @@ impl PlanWriter {
                 .get_opt(&self.target.name)
                 .await
                 .map_err(|source| Error::Read { target: self.target.to_string(), source })?;
-            self.stored = found.as_ref().and_then(stored_plan);
+            self.stored = Some(found.as_ref().and_then(stored_plan));
         }
-        if self.stored.as_ref() == Some(&plan) {
+        if self.stored.as_ref().is_some_and(|held| held.as_ref() == Some(&plan)) {
             return Ok(());
         }
         let params = PatchParams::apply(MANAGER).force();
@@ -143,7 +144,7 @@ impl PlanWriter {
             .map_err(|source| Error::Apply { target: self.target.to_string(), source })?;
         self.metrics.wrote();
         info!(configmap = %self.target, hosts = plan.hosts.len(), "node plan written");
-        self.stored = Some(plan);
+        self.stored = Some(Some(plan));
         Ok(())
     }
 }
