@@ -181,9 +181,9 @@ fn the_import_check_finds_a_concern_named_and_no_prefix_of_one() {
     assert_eq!(found, [format!("{path}:1: crate::publish")]);
 }
 
-/// Each module's score in the stored mutation runs (docs/mutants/<part>.md's tables): `src/...` → percent.
-fn stored_scores() -> std::collections::BTreeMap<String, f64> {
-    let mut scores = std::collections::BTreeMap::new();
+/// The modules the stored mutation runs measured (a row each in docs/mutants/<part>.md's tables).
+fn measured() -> std::collections::BTreeSet<String> {
+    let mut modules = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(root().join("docs/mutants")).expect("docs/mutants") {
         let path = entry.expect("an entry").path();
         if path.extension().and_then(|e| e.to_str()) != Some("md") {
@@ -191,15 +191,10 @@ fn stored_scores() -> std::collections::BTreeMap<String, f64> {
         }
         let text = std::fs::read_to_string(&path).expect("a stored run");
         for row in text.lines().filter(|l| l.starts_with("| `src/")) {
-            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            let (Some(module), Some(score)) = (cells.get(1), cells.get(7)) else { continue };
-            // "-": every mutant of the module was unviable, so none could be missed.
-            let score: f64 =
-                if *score == "-" { 100.0 } else { score.trim_end_matches('%').trim().parse().unwrap_or(0.0) };
-            scores.insert(module.trim_matches('`').to_string(), score);
+            modules.extend(row.split('`').nth(1).map(str::to_string));
         }
     }
-    scores
+    modules
 }
 
 /// The files with a missed mutant that the stored reports leave NOT EXPLAINED (docs/mutants/equivalent.txt gives
@@ -217,7 +212,7 @@ fn unexplained_misses() -> std::collections::BTreeSet<String> {
 
 #[test]
 fn every_file_of_the_pure_core_has_a_stored_mutation_run_and_each_missed_mutant_explained() {
-    let scores = stored_scores();
+    let measured = measured();
     let unexplained = unexplained_misses();
     let unmeasured: Vec<String> = pure_paths()
         .iter()
@@ -228,8 +223,7 @@ fn every_file_of_the_pure_core_has_a_stored_mutation_run_and_each_missed_mutant_
         .map(|file| file.strip_prefix(root()).expect("under the root").display().to_string())
         // Every missed mutant explained: equivalent, or caught since by a test docs/mutants/equivalent.txt names
         // (until the part runs again), so each file is at 100 % or says why not.
-        .filter(|file| !scores.contains_key(file) || unexplained.contains(file))
-        .map(|file| format!("{file}: {:?}", scores.get(&file)))
+        .filter(|file| !measured.contains(file) || unexplained.contains(file))
         .collect();
     assert!(
         unmeasured.is_empty(),
