@@ -216,11 +216,35 @@ fn scraped_rule_test(processes: &[(&str, &Scrape, &Scrape)], groups: &serde_json
     test.to_string()
 }
 
-/// Two scrapes of `process`, 3 s apart: long enough for an agent checking every second to pass in between.
-async fn two_scrapes(process: &Controller) -> (Scrape, Scrape) {
-    let first = Scrape::of(process);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    (first, Scrape::of(process))
+/// What must happen between two scrapes, so the interval the rule test extrapolates over holds a real step of the
+/// system rather than a guessed sleep.
+enum Step<'a> {
+    /// The node agent passed again: its last-sync time moved.
+    PassOf(&'a Controller),
+    /// The process behind the proxy sent the API server a request again (a standby reading the Lease).
+    RequestThrough(&'a support::proxy::FreezingProxy),
+}
+
+impl Step<'_> {
+    /// A reading that grows when the step happens.
+    fn reading(&self) -> Option<f64> {
+        match self {
+            Step::PassOf(agent) => agent.metric(LAST_SYNC),
+            Step::RequestThrough(proxy) => Some(proxy.bytes_sent() as f64),
+        }
+    }
+}
+
+const LAST_SYNC: &str = "local_registry_publisher_node_last_sync_timestamp_seconds";
+
+/// Two scrapes of each of `processes`, the second once `step` has happened after the first.
+async fn scrapes_across<const N: usize>(processes: [&Controller; N], step: Step<'_>) -> [(Scrape, Scrape); N] {
+    let firsts = processes.map(Scrape::of);
+    let mark = step.reading();
+    let stepped = || async { (step.reading() > mark).then_some(()) };
+    wait_until(SOON, stepped).await.unwrap_or_else(|| panic!("no step between the scrapes: {mark:?}"));
+    let mut seconds = processes.map(Scrape::of).into_iter();
+    firsts.map(|first| (first, seconds.next().expect("a second scrape of each")))
 }
 
 /// The chart's rules written for promtool, and a directory for the tests run over them (removed when dropped).
@@ -292,7 +316,7 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
     .await;
     // Nothing published yet: only "not publishing" holds of the registry.
     metrics_holding(&controller, &["local_registry_publisher_node_mirrors_unusable 1"]).await;
-    let (first, second) = two_scrapes(&controller).await;
+    let [(first, second)] = scrapes_across([&controller], Step::PassOf(&agent)).await;
     let firing = ["LocalRegistryPublisherNotPublishing", "LocalRegistryPublisherMirrorUnusable"];
     rules.evaluate("before", &[("controller", &first, &second)], &firing);
 
@@ -324,8 +348,8 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
         "LocalRegistryPublisherNodeFileProblem",
         "LocalRegistryPublisherContainerdReadsElsewhere",
     ];
-    let (controller_first, controller_second) = two_scrapes(&controller).await;
-    let (agent_first, agent_second) = two_scrapes(&agent).await;
+    let [(controller_first, controller_second), (agent_first, agent_second)] =
+        scrapes_across([&controller, &agent], Step::PassOf(&agent)).await;
     let scrapes = [("controller", &controller_first, &controller_second), ("agent-a", &agent_first, &agent_second)];
     rules.evaluate("published", &scrapes, &firing);
 }
@@ -340,10 +364,11 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     let ns = plane.namespace(&admin, "failing").await.unwrap();
     let rules = RuleCheck::new(&ns);
     let kubeconfig = format!("--kubeconfig={}", plane.kubeconfig().display());
-    let controller = |flags: &[String]| {
-        let own = [kubeconfig.clone(), format!("--watch-namespaces={ns}")];
+    let controller_via = |kubeconfig: &str, flags: &[String]| {
+        let own = [kubeconfig.to_string(), format!("--watch-namespaces={ns}")];
         Controller::start_in_namespace(&ns, &[&own[..], flags].concat())
     };
+    let controller = |flags: &[String]| controller_via(&kubeconfig, flags);
     let answering = |process: &Controller| {
         let process = process.get("/metrics").filter(|(status, _)| *status == 200).is_some();
         async move { process.then_some(()) }
@@ -395,15 +420,24 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     });
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), &ns);
     leases.create(&PostParams::default(), &serde_json::from_value(lease).unwrap()).await.expect("the Lease");
-    let standby = controller(&[
-        format!("--configmap-namespace={ns}"),
-        "--leader-elect".into(),
-        format!("--leader-elect-resource-namespace={ns}"),
-        "--leader-elect-lease-duration=120s".into(),
-    ]);
+    // Through a proxy, so its retries are seen: a standby exports nothing that moves while it waits.
+    let upstream = plane.server().trim_start_matches("https://").parse().expect("the API server's address");
+    let lease_proxy = support::proxy::FreezingProxy::start(upstream).await;
+    let via = |proxy: &support::proxy::FreezingProxy, name: &str| {
+        format!("--kubeconfig={}", support::kubeconfig_via(proxy.address, &format!("{ns}-{name}")).display())
+    };
+    let standby = controller_via(
+        &via(&lease_proxy, "standby"),
+        &[
+            format!("--configmap-namespace={ns}"),
+            "--leader-elect".into(),
+            format!("--leader-elect-resource-namespace={ns}"),
+            "--leader-elect-lease-duration=120s".into(),
+        ],
+    );
     let leader = "leader_election_master_status{name=\"local-registry-publisher\"}";
     metrics_holding(&standby, &[&format!("{leader} 0")]).await;
-    let (first, second) = two_scrapes(&standby).await;
+    let [(first, second)] = scrapes_across([&standby], Step::RequestThrough(&lease_proxy)).await;
     assert_eq!(second.samples().get(leader), Some(&0.0), "{}", second.text);
     // The ConfigMap still names the registry the fighters published, which the standby reads: only no leader holds.
     rules.evaluate("no-leader", &[("standby", &first, &second)], &["LocalRegistryPublisherNoLeader"]);
@@ -414,7 +448,6 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     let crd = std::process::Command::new(support::binary::BINARY).arg("crd").output().expect("the CRD");
     ok(stdin_tool("kubectl", &["apply", "--server-side", "-f", "-"], &ok(crd)));
     plan_configmap(&admin, &ns).await;
-    let upstream = plane.server().trim_start_matches("https://").parse().expect("the API server's address");
     let proxy = support::proxy::FreezingProxy::start(upstream).await;
     let reads =
         |dir: &str| format!("version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '{dir}'\n");
@@ -435,9 +468,7 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
         Controller::start_in_namespace(&ns, &flags)
     };
     let healthy = agent("healthy", kubeconfig.clone());
-    let via_proxy =
-        format!("--kubeconfig={}", support::kubeconfig_via(proxy.address, &format!("{ns}-stuck")).display());
-    let stuck = agent("stuck", via_proxy);
+    let stuck = agent("stuck", via(&proxy, "stuck"));
     let states: Api<local_registry_publisher::node::api::state::NodePullState> = Api::namespaced(admin.clone(), &ns);
     for name in ["alerts-healthy", "alerts-stuck"] {
         let kept = wait_until(SOON, || async { states.get_opt(name).await.ok().flatten() }).await;
@@ -445,17 +476,15 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     }
     // A pass begun after its state was seen proves the write's answer came back: a write the proxy froze in flight
     // would stall the agent before it reads the changed config (the race a loaded machine lost).
-    let last_sync_sample = "local_registry_publisher_node_last_sync_timestamp_seconds";
     let seen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock").as_secs_f64();
-    let passed = || async { stuck.metric(last_sync_sample).filter(|at| *at > seen) };
+    let passed = || async { stuck.metric(LAST_SYNC).filter(|at| *at > seen) };
     wait_until(SOON, passed).await.unwrap_or_else(|| panic!("no pass after its state was written:\n{}", stuck.logs()));
     proxy.freeze();
     std::fs::write(rules.dir.join("stuck/config.toml"), reads("/etc/elsewhere")).expect("containerd's config");
     metrics_holding(&stuck, &["local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"]).await;
-    let (healthy_first, healthy_second) = two_scrapes(&healthy).await;
-    let (stuck_first, stuck_second) = two_scrapes(&stuck).await;
-    let last_sync = |scrape: &Scrape| scrape.samples().get(last_sync_sample).copied();
-    assert!(last_sync(&healthy_second) > last_sync(&healthy_first), "the healthy agent passes every second");
+    let [(healthy_first, healthy_second), (stuck_first, stuck_second)] =
+        scrapes_across([&healthy, &stuck], Step::PassOf(&healthy)).await;
+    let last_sync = |scrape: &Scrape| scrape.samples().get(LAST_SYNC).copied();
     assert_eq!(last_sync(&stuck_second), last_sync(&stuck_first), "the stuck agent has stopped passing");
     rules.evaluate("healthy", &[("healthy", &healthy_first, &healthy_second)], &[]);
     let agents = [("healthy", &healthy_first, &healthy_second), ("stuck", &stuck_first, &stuck_second)];
