@@ -437,6 +437,10 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     );
     let leader = "leader_election_master_status{name=\"local-registry-publisher\"}";
     metrics_holding(&standby, &[&format!("{leader} 0")]).await;
+    // Its first pass reads the ConfigMap and exports what it names, which the rules read as "publishing".
+    let reconciled = "controller_runtime_reconcile_total{controller=\"publisher\",result=\"success\"}";
+    let passed = || async { Scrape::try_of(&standby).filter(|s| s.samples().get(reconciled) >= Some(&1.0)) };
+    wait_until(SOON, passed).await.unwrap_or_else(|| panic!("the standby never passed:\n{}", standby.logs()));
     let [(first, second)] = scrapes_across([&standby], Step::RequestThrough(&lease_proxy)).await;
     assert_eq!(second.samples().get(leader), Some(&0.0), "{}", second.text);
     // The ConfigMap still names the registry the fighters published, which the standby reads: only no leader holds.
