@@ -8,9 +8,9 @@
 #
 # With no name every tool is built; `demo` names the demo's own tools (`make demo`, `make up`), so a first demo does
 # not wait for the tested window's control planes, the older containerd, krew, syft and actionlint. `window` names the
-# tested windows' other ends (the older and newer Kubernetes control planes, the other containerd releases), which
-# only the last runs of `make test` use, and `main` every other tool: `make test` builds `main` first and `window` in
-# the background while the main pins' tests run. A name may also be one tool's (helm, k8s-1.25).
+# tested windows' other ends (the older and newer Kubernetes control planes, the other containerd releases) and CRI-O,
+# which only the last runs of `make test` use, and `main` every other tool: `make test` builds `main` first and
+# `window` in the background while the main pins' tests run. A name may also be one tool's (helm, k8s-1.25).
 #
 # Each tool is one Go module under tools/<name> (go.mod and go.sum committed). A build lands in
 # $LRP_CACHE_DIR/tools/<name>-<version>-<hash of go.mod, go.sum, the module's own sources and this script>/ and is reused until one of those
@@ -61,6 +61,9 @@ tools() {
     echo "containerd-$minor|$(module_version "containerd-$minor" "$module")|$(for b in containerd containerd-shim-runc-v2 ctr; do printf 'containerd-%s/%s=%s/cmd/%s ' "$minor" "$b" "$module" "$b"; done)"
   done
   echo "runc|$(module_version runc github.com/opencontainers/runc)|runc=github.com/opencontainers/runc"
+  # CRI-O, the real node's other runtime (LRP_NODE_RUNTIME=crio), and crioimage: the testbed's ctr for it, built
+  # against the image library CRI-O links (tools/crio/crioimage). pinns is built from the module's C sources.
+  echo "crio|$(module_version crio github.com/cri-o/cri-o)|crio=github.com/cri-o/cri-o/cmd/crio crioimage=local-registry-publisher/tools/crio/crioimage"
   echo "cni|$(module_version cni github.com/containernetworking/plugins)|bridge=$p/main/bridge host-local=$p/ipam/host-local loopback=$p/main/loopback portmap=$p/meta/portmap"
   echo "crane|$(module_version crane github.com/google/go-containerregistry)|crane=github.com/google/go-containerregistry/cmd/crane authregistry=local-registry-publisher/tools/crane/authregistry"
   echo "coredns|$(module_version coredns github.com/coredns/coredns)|coredns=github.com/coredns/coredns"
@@ -74,6 +77,7 @@ tools() {
 # The tested windows' other ends: the tools only LRP_KUBE_VERSION and LRP_CONTAINERD runs use.
 window_tools() {
   local minor
+  printf 'crio '
   for minor in $k8s_window; do printf 'k8s-%s ' "$minor"; done
   for minor in $containerd_window; do printf 'containerd-%s ' "$minor"; done
 }
@@ -85,9 +89,10 @@ demo_tools="k8s etcd kwok containerd runc cni coredns crane"
 # Debian packages: runc links libseccomp (the chart's RuntimeDefault seccomp profile needs it); kube-proxy and the CNI
 # portmap plugin program iptables; actionlint checks the workflows' shell steps with shellcheck (`make lint`); jq
 # merges the image's Debian packages into its SBOM, zip packs the Windows CLI archive off Windows and unzip lists it
-# (hack/dist.sh, tests/release.rs); kube-router, the NetworkPolicy enforcer of the chart's policy test, runs ipset.
+# (hack/dist.sh, tests/release.rs); kube-router, the NetworkPolicy enforcer of the chart's policy test, runs ipset;
+# conmon watches each container of the CRI-O node (Debian's 2.1.6; CRI-O 1.36 asks for nothing newer).
 # Installed here so the README's two commands stay the only set-up.
-debian_packages="libseccomp-dev pkg-config iptables ipset shellcheck jq zip unzip"
+debian_packages="libseccomp-dev pkg-config iptables ipset shellcheck jq zip unzip conmon"
 ensure_debian_packages() {
   local missing=() pkg
   for pkg in $debian_packages; do
@@ -140,12 +145,25 @@ tags_of() {
     k8s|k8s-*) echo "selinux,notest" ;;
     containerd|containerd-*) echo "no_btrfs,no_devmapper" ;;
     runc) echo "seccomp,netgo,osusergo" ;;
+    # As CRI-O's Makefile picks them here: no ostree, no gpgme (openpgp instead), no btrfs headers; libseccomp is.
+    crio) echo "containers_image_ostree_stub,containers_image_openpgp,exclude_graphdriver_btrfs,btrfs_noversion,seccomp" ;;
     *) echo "" ;;
   esac
 }
 
-# Only runc needs cgo (libseccomp); everything else is a static Go binary.
-cgo_of() { [ "$1" = runc ] && echo 1 || echo 0; }
+# runc and CRI-O need cgo (libseccomp); everything else is a static Go binary.
+cgo_of() { case $1 in runc|crio) echo 1 ;; *) echo 0 ;; esac; }
+
+# CRI-O refuses to start without pinns, a small static C program of its module, built by its own Makefile.
+crio_pinns() {
+  local src work
+  src=$(cd "$root/tools/crio" && go list -m -f '{{.Dir}}' github.com/cri-o/cri-o)/pinns
+  work=$(mktemp -d)
+  cp -r "$src" "$work/pinns" && chmod -R u+w "$work"
+  make -C "$work/pinns" >&2
+  cp "$work/bin/pinns" "$1/pinns"
+  rm -rf "$work"
+}
 
 # kwok exits with "no stages found" unless it is given Stage objects; its module ships the standard ones.
 kwok_stages() {
@@ -187,6 +205,9 @@ build_tool() {
   kill $ticker 2>/dev/null || true
   rm -f "$log"
   [ "$name" = kwok ] && kwok_stages >"$dir.partial/bin/kwok-stages.yaml"
+  if [ "$name" = crio ]; then
+    crio_pinns "$dir.partial/bin" 2>"$log" || { echo "[tools] building pinns failed:" >&2; tail -n 20 "$log" >&2; rm -f "$log"; return 1; }
+  fi
   mv "$dir.partial" "$dir"
   # Older builds of this tool are superseded; keep the cache from growing with every pin change.
   # (Versions start with "v": k8s-v1.36.3-... is superseded by another k8s-v*, never k8s-1.25-v1.25.4-....)
