@@ -34,7 +34,9 @@ use crate::node::api::state::ConfigPathCheck;
 use crate::node::api::state::{Agent, NodePullState, NodeState, PlanApplied, STALE_AFTER_RESYNCS};
 use crate::node::{NodePlan, PLAN_FORMAT, PLAN_KEY};
 pub use metrics::AgentMetrics;
-use runtime::containerd::{Containerd, hosts::Owner};
+use runtime::containerd::Containerd;
+use runtime::crio::Crio;
+use runtime::owner::Owner;
 pub use runtime::{NodeRuntime, Placement, Reading, Report};
 
 /// What the agent is told by its flags.
@@ -77,8 +79,13 @@ pub async fn run(
 ) -> Result<(), String> {
     let Reporting { health, metrics } = reporting;
     let runtime_version = runtime_version(&client, settings.node_name.as_deref()).await;
-    let node_runtime: Box<dyn NodeRuntime> = match (settings.runtime, &settings.config_path_mount) {
-        (RuntimeKind::Containerd, Some(mount)) => {
+    let kind = match settings.runtime {
+        RuntimeKind::Auto => runtime_of(runtime_version.as_deref()),
+        chosen => chosen,
+    };
+    let node_runtime: Box<dyn NodeRuntime> = match (kind, &settings.config_path_mount) {
+        // Auto is resolved above; it would be containerd, the runtime a node that says nothing runs most likely.
+        (RuntimeKind::Auto | RuntimeKind::Containerd, Some(mount)) => {
             let placement = Placement {
                 config_path_mount: mount.clone(),
                 config_path: settings.config_path.clone(),
@@ -87,7 +94,17 @@ pub async fn run(
             let owner = Owner::new(&settings.namespace, &settings.configmap);
             Box::new(Containerd::new(placement, owner, runtime_version.as_deref())?)
         }
-        (RuntimeKind::Containerd, None) => return Err("--runtime=containerd needs --config-path-mount".into()),
+        (RuntimeKind::Crio, Some(mount)) => {
+            let placement = Placement {
+                config_path_mount: mount.clone(),
+                config_path: settings.config_path.clone(),
+                config: settings.containerd_config.clone(),
+            };
+            Box::new(Crio::new(placement, Owner::new(&settings.namespace, &settings.configmap))?)
+        }
+        (RuntimeKind::Auto | RuntimeKind::Containerd | RuntimeKind::Crio, None) => {
+            return Err("--runtime auto, containerd and crio need --config-path-mount".into());
+        }
         (RuntimeKind::None, _) => Box::new(runtime::Unconfigured),
     };
     let mut relays = settings.relay.map(|relay| relay::Relays::new(relay, metrics.relay.clone()));
@@ -261,6 +278,14 @@ impl Following {
 /// This node's runtime and its release (`containerd://2.3.7`), from its Node (read once: the runtime is upgraded with
 /// the node, and the agent restarts with it); `None` when it cannot be read, and then the runtime's configuration is
 /// checked as most releases read it.
+/// The runtime a node's `containerRuntimeVersion` names: CRI-O for `cri-o://`, containerd for anything else.
+fn runtime_of(version: Option<&str>) -> RuntimeKind {
+    match version {
+        Some(version) if version.starts_with("cri-o://") => RuntimeKind::Crio,
+        _ => RuntimeKind::Containerd,
+    }
+}
+
 async fn runtime_version(client: &Client, node: Option<&str>) -> Option<String> {
     let found = Api::<Node>::all(client.clone()).get_opt(node?).await;
     let found = found.inspect_err(|error| warn!(%error, "cannot read this node's runtime release")).ok()??;
@@ -454,6 +479,14 @@ fn moved(daemonset: &DaemonSet, mine: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runtime_is_crio_where_the_node_says_cri_o_and_containerd_anywhere_else() {
+        assert_eq!(runtime_of(Some("cri-o://1.36.1")), RuntimeKind::Crio);
+        assert_eq!(runtime_of(Some("containerd://2.4.2")), RuntimeKind::Containerd);
+        assert_eq!(runtime_of(Some("docker://28.0.1")), RuntimeKind::Containerd);
+        assert_eq!(runtime_of(None), RuntimeKind::Containerd, "a Node that cannot be read");
+    }
 
     fn daemonset(hosts: &str) -> DaemonSet {
         serde_json::from_value(serde_json::json!({

@@ -6,9 +6,16 @@ use super::*;
 /// `agent::runtime::NodeRuntime` that passes its conformance suite.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuntimeKind {
-    /// containerd: a hosts.toml per planned address under its registry config_path.
+    /// The node's own, as its Node reports it (status.nodeInfo.containerRuntimeVersion): CRI-O for `cri-o://`,
+    /// containerd otherwise (and when the Node cannot be read).
     #[default]
+    Auto,
+    /// containerd: a hosts.toml per planned address under its registry config_path.
     Containerd,
+    /// CRI-O: a registries.conf.d drop-in per planned address (and its CA under certs.d) in the node's
+    /// /etc/containers, mounted at --config-path-mount; CRI-O reloads them itself with auto_reload_registries.
+    #[value(name = "crio")]
+    Crio,
     /// None: the agent writes no runtime configuration and only relays (--relay). For runtimes it does not
     /// configure that pull loopback over plain HTTP by themselves (dockerd, containerd under a read-only /etc).
     None,
@@ -22,18 +29,19 @@ pub struct NodeAgentArgs {
     pub node_plan_configmap: String,
 
     /// The node's container runtime, whose configuration the agent writes.
-    #[arg(long, env = "LRP_NODE_RUNTIME", value_enum, default_value_t = RuntimeKind::Containerd)]
+    #[arg(long, env = "LRP_NODE_RUNTIME", value_enum, default_value_t = RuntimeKind::Auto)]
     pub runtime: RuntimeKind,
 
-    /// Where containerd's registry config_path (its hosts directory, --config-path on the node) is mounted into
-    /// the agent: one hosts.toml per planned address is written under it, and only files this agent wrote are ever
-    /// changed or removed. Needed with --runtime=containerd.
+    /// Where the runtime's registry configuration is mounted into the agent: for containerd its registry
+    /// config_path (its hosts directory, --config-path on the node), where one hosts.toml per planned address is
+    /// written; for CRI-O the node's /etc/containers, where one registries.conf.d drop-in per planned address is.
+    /// Only files this agent wrote are ever changed or removed. Needed unless --runtime=none.
     #[arg(
         long,
         alias = "hosts-dir",
         env = "LRP_CONFIG_PATH_MOUNT",
         value_name = "PATH",
-        required_if_eq("runtime", "containerd")
+        required_if_eq_any([("runtime", "auto"), ("runtime", "containerd"), ("runtime", "crio")])
     )]
     pub config_path_mount: Option<std::path::PathBuf>,
 
@@ -47,10 +55,17 @@ pub struct NodeAgentArgs {
     #[arg(long, env = "LRP_NODE_AGENT_RESYNC", default_value = "10s", value_parser = parse_duration)]
     pub resync: Duration,
 
-    /// containerd's config file, at its path on the node (mount its directory there, read-only): the agent checks
-    /// that its registry config_path names --config-path, and tells (Event ConfigPathMismatch, metric,
-    /// doctor) when containerd reads another directory, where the agent's files would go unread.
-    #[arg(long, env = "LRP_CONTAINERD_CONFIG", value_name = "PATH", requires = "config_path")]
+    /// The runtime's config file, at its path on the node (mount its directory there, read-only). containerd's: the
+    /// agent checks that its registry config_path names --config-path, and tells (Event ConfigPathMismatch, metric,
+    /// doctor) when containerd reads another directory, where the agent's files would go unread. CRI-O's
+    /// (crio.conf, with crio.conf.d beside it): the agent checks that CRI-O reloads its drop-ins by itself.
+    #[arg(
+        long,
+        alias = "runtime-config",
+        env = "LRP_CONTAINERD_CONFIG",
+        value_name = "PATH",
+        requires = "config_path"
+    )]
     pub containerd_config: Option<std::path::PathBuf>,
 
     /// containerd's registry config_path as the node sees it (mounted at --config-path-mount): what containerd's

@@ -42,6 +42,35 @@ fn the_node_agents_allowed_addresses_are_the_admins_and_the_distributions_contai
     assert!(rendered_objects(&render("nodeAgent.enabled=true"), "CustomResourceDefinition").is_empty());
 }
 
+/// On CRI-O the agents write into the nodes' /etc/containers and read /etc/crio/crio.conf by default, as every
+/// distribution shipping CRI-O keeps them; both stay the admin's to move.
+#[test]
+fn the_node_agents_on_crio_write_into_etc_containers_and_read_crios_config() {
+    let agent = |values: &str| {
+        let values = format!("nodeAgent.enabled=true,nodeAgent.runtime=crio{values}");
+        let rendered = ok(tool("helm", &["template", "lrp", &chart(), "--set", &values]));
+        let daemonset = rendered_objects(&rendered, "DaemonSet").remove(0);
+        let spec = &daemonset["spec"]["template"]["spec"];
+        let args: Vec<String> = spec["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("an arg").to_string())
+            .collect();
+        let paths: Vec<String> =
+            spec["volumes"].as_array().expect("volumes").iter().map(|v| v["hostPath"]["path"].to_string()).collect();
+        (args, paths)
+    };
+    let (args, paths) = agent("");
+    for wanted in ["--runtime=crio", "--config-path=/etc/containers", "--containerd-config=/etc/crio/crio.conf"] {
+        assert!(args.iter().any(|a| a == wanted), "{wanted} in {args:?}");
+    }
+    assert_eq!(paths, ["\"/etc/containers\"", "\"/etc/crio\""]);
+    let (args, _) = agent(",nodeAgent.configPath=/etc/alt/containers,nodeAgent.containerdConfig=/etc/alt/crio.conf");
+    assert!(args.iter().any(|a| a == "--config-path=/etc/alt/containers"), "{args:?}");
+    assert!(args.iter().any(|a| a == "--containerd-config=/etc/alt/crio.conf"), "{args:?}");
+}
+
 /// Mirrors are the admin's chart value: rendered as the controller's flag, with read access to each mirror's Service
 /// by name in its namespace and nothing more; a mirror with neither or both of a Service and an endpoint, or a
 /// second one for an upstream, is refused before anything is installed.
@@ -141,7 +170,7 @@ fn the_relay_renders_the_admins_registries_as_one_flag_and_puts_the_agents_on_th
     for (values, needle) in [
         ("nodeAgent.relay.enabled=true", "names no registry to relay"),
         ("nodeAgent.runtime=none", "needs nodeAgent.relay.enabled=true"),
-        ("nodeAgent.runtime=crio", "/nodeAgent/runtime"),
+        ("nodeAgent.runtime=docker", "/nodeAgent/runtime"),
         ("nodeAgent.relay.registries[0].port=5000", "/nodeAgent/relay/registries/0"),
         (
             "nodeAgent.relay.enabled=true,nodeAgent.relay.registries[0].service.namespace=a,\

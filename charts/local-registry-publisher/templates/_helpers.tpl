@@ -120,6 +120,8 @@ matter.
 {{- $preset := get $presets .Values.distribution -}}
 {{- if not .Values.registry.nodeAddress }}{{ $_ := set .Values.registry "nodeAddress" $preset.nodeAddress }}{{ end -}}
 {{- if kindIs "invalid" .Values.configMap.takeOver }}{{ $_ := set .Values.configMap "takeOver" $preset.takeOver }}{{ end -}}
+{{- /* CRI-O reads /etc/containers (registries.conf.d, certs.d) and /etc/crio/crio.conf on every distribution. */ -}}
+{{- if eq .Values.nodeAgent.runtime "crio" }}{{ $preset = merge (dict "configPath" "/etc/containers" "containerdConfig" "/etc/crio/crio.conf") $preset }}{{ end -}}
 {{- if not .Values.nodeAgent.configPath }}{{ $_ := set .Values.nodeAgent "configPath" $preset.configPath }}{{ end -}}
 {{- if not .Values.nodeAgent.containerdConfig }}{{ $_ := set .Values.nodeAgent "containerdConfig" $preset.containerdConfig }}{{ end -}}
 {{- if not .Values.registry.helpUrl }}{{ $_ := set .Values.registry "helpUrl" $preset.helpUrl }}{{ end -}}

@@ -1,5 +1,5 @@
 //! What every [`NodeRuntime`] must do, whatever it writes: the cases every implementation runs against a scratch
-//! directory of its own, twice for containerd: here, judged by reading its files back ([`ContainerdFiles`]), and in
+//! directory of its own, twice for each runtime (containerd's shown): here, judged by reading its files back ([`ContainerdFiles`]), and in
 //! tests/real_node/, judged by the node's own containerd (what its resolver tries for each address). A second
 //! runtime adds its own [`Fixture`] and those two tests. An implementation is judged through the trait and through
 //! [`Fixture::reads`], what the runtime itself would read for an address, never through its file format.
@@ -190,8 +190,63 @@ impl Fixture for ContainerdFiles {
     }
 }
 
+/// CRI-O: drop-ins under `registries.conf.d` and CAs under `certs.d`, read back as containers/image merges and
+/// reads them (the last table of the address's prefix; its first mirror, else its location, over HTTP when
+/// `insecure`; the `*.crt` files of the endpoint dialled).
+pub struct CrioFiles;
+
+impl Fixture for CrioFiles {
+    fn runtime(&self, dir: &Path, plan: &str) -> Box<dyn NodeRuntime> {
+        let (namespace, configmap) = plan.split_once('/').expect("namespace/name");
+        let owner = super::owner::Owner::new(namespace, configmap);
+        let placement = super::Placement { config_path_mount: dir.to_path_buf(), config_path: None, config: None };
+        Box::new(super::crio::Crio::new(placement, owner).expect("a runtime"))
+    }
+
+    fn reads(&self, dir: &Path, address: &str) -> Option<Read> {
+        use super::crio::dropins::{CERTS_DIR, DROP_IN_DIR, MAIN_FILE};
+        let mut files = vec![(MAIN_FILE.to_string(), std::fs::read_to_string(dir.join(MAIN_FILE)).unwrap_or_default())];
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(DROP_IN_DIR))
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.sort();
+        for name in names.into_iter().filter(|name| name.ends_with(".conf")) {
+            files.push((name.clone(), std::fs::read_to_string(dir.join(DROP_IN_DIR).join(name)).expect("a drop-in")));
+        }
+        let merged = super::crio::registries::Merged::of(files.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+            .expect("CRI-O parses every file");
+        let (registry, _) = merged.get(address)?;
+        let url = |location: &str, insecure: bool| format!("{}://{location}", if insecure { "http" } else { "https" });
+        let (endpoint, server) = match registry.mirrors.first() {
+            Some(mirror) => (mirror.location.clone(), Some(url(&registry.location, registry.insecure))),
+            None => (registry.location.clone(), None),
+        };
+        let insecure = registry.mirrors.first().map_or(registry.insecure, |mirror| mirror.insecure);
+        let mut cas: Vec<PathBuf> = std::fs::read_dir(dir.join(CERTS_DIR).join(&endpoint))
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        cas.retain(|path| path.extension().is_some_and(|e| e == "crt"));
+        cas.sort();
+        let ca: String = cas.iter().map(|path| certificates(&std::fs::read_to_string(path).expect("a CA"))).collect();
+        Some(Read { endpoint: url(&endpoint, insecure), ca: (!ca.is_empty()).then_some(ca), server })
+    }
+
+    fn plant_foreign(&self, dir: &Path, address: &str) {
+        let drop_ins = dir.join(super::crio::dropins::DROP_IN_DIR);
+        std::fs::create_dir_all(&drop_ins).expect("a drop-in directory");
+        let text = format!("[[registry]]\nprefix = \"{address}\"\nlocation = \"mirror.example\"\n");
+        std::fs::write(drop_ins.join("50-theirs.conf"), text).expect("someone else's drop-in");
+    }
+}
+
 #[cfg(test)]
 #[test]
 fn containerd_conforms() {
     run(&ContainerdFiles);
+}
+
+#[cfg(test)]
+#[test]
+fn crio_conforms() {
+    run(&CrioFiles);
 }

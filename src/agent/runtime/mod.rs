@@ -7,6 +7,8 @@
 #[doc(hidden)]
 pub mod conformance;
 pub mod containerd;
+pub mod crio;
+pub mod owner;
 
 use std::io;
 use std::path::PathBuf;
@@ -95,4 +97,11 @@ pub struct Placement {
     pub config_path: Option<String>,
     /// The runtime's config file, mounted at its path on the node.
     pub config: Option<PathBuf>,
+}
+
+/// A `host:port` (IPv6 in brackets) that names one file or directory: no separator, no dot-only name.
+pub(crate) fn safe_address(address: &str) -> bool {
+    !address.is_empty()
+        && !address.starts_with('.')
+        && address.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }

@@ -13,43 +13,14 @@
 use std::io;
 use std::path::Path;
 
-use crate::agent::runtime::Report;
+pub use crate::agent::runtime::owner::{HEADER, Owner};
+use crate::agent::runtime::{Report, safe_address};
 use crate::node::{HostEntry, NodePlan};
-
-/// The first line of every `hosts.toml` the agent writes: how it knows its own (k3s deletes files with its own
-/// header at start, so ours differs).
-pub const HEADER: &str =
-    "# Written by local-registry-publisher's node agent, which removes it when the address is withdrawn.";
 
 const FILE: &str = "hosts.toml";
 /// The CA bundle of an `https://` endpoint, beside its `hosts.toml`: a name of its own, so a `ca.crt` someone put
 /// there is never taken for ours.
 pub const CA_FILE: &str = "local-registry-publisher-ca.crt";
-
-/// The agent a file of ours belongs to, named on the line after [`HEADER`] by the node plan it follows: without it,
-/// an agent of another release on the same node would take this one's files for its own and remove them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner(String);
-
-impl Owner {
-    /// The agents following the plan in ConfigMap `namespace/configmap` (Kubernetes names: no line breaks).
-    pub fn new(namespace: &str, configmap: &str) -> Self {
-        let name = |text: &str| -> String {
-            text.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-')).collect()
-        };
-        Self(format!("# Following the node plan {}/{}.", name(namespace), name(configmap)))
-    }
-
-    /// `body` with our two marking lines before it.
-    fn mark(&self, body: &str) -> String {
-        format!("{HEADER}\n{}\n{body}", self.0)
-    }
-
-    fn marks(&self, text: &str) -> bool {
-        let mut lines = text.lines();
-        lines.next() == Some(HEADER) && lines.next() == Some(self.0.as_str())
-    }
-}
 
 /// The `hosts.toml` for one entry: pull and resolve only, over the endpoint's scheme. A plain-HTTP endpoint has
 /// no TLS keys (any of them would make containerd try HTTPS first); an `https://` one with a CA bundle names the
@@ -78,7 +49,7 @@ pub fn sync(dir: &Path, plan: &NodePlan, owner: &Owner) -> io::Result<Report> {
     let mut report = Report::default();
     for entry in &plan.hosts {
         // An endpoint is safe by its type (`Endpoint`); the address names the directory.
-        if !safe_directory_name(&entry.address) {
+        if !safe_address(&entry.address) {
             report.failed.push((entry.address.clone(), "not a host:port this agent writes".into()));
             continue;
         }
@@ -187,13 +158,6 @@ fn unless(kind: io::ErrorKind, result: io::Result<()>) -> io::Result<()> {
         Err(error) if error.kind() == kind => Ok(()),
         other => other,
     }
-}
-
-/// A `host:port` (IPv6 in brackets) that names one directory: no separator, no dot-only name.
-fn safe_directory_name(address: &str) -> bool {
-    !address.is_empty()
-        && !address.starts_with('.')
-        && address.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
 #[cfg(test)]

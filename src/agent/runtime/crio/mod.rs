@@ -1,0 +1,114 @@
+//! CRI-O behind [`NodeRuntime`]: the node's containers configuration directory (`/etc/containers`), where the agent
+//! keeps a `registries.conf.d` drop-in per planned address and the CAs beside them ([`dropins`]), read back as
+//! CRI-O merges them ([`registries`]); and CRI-O's config, which says whether CRI-O reloads the drop-ins by itself
+//! (`auto_reload_registries`): CRI-O reads them at its start and on SIGHUP otherwise.
+
+pub mod dropins;
+pub mod registries;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::owner::Owner;
+use super::{NodeRuntime, Placement, Reading, Report};
+use crate::escape::safe;
+use crate::node::NodePlan;
+use crate::node::api::state::ConfigPathCheck;
+
+/// The containers configuration directory, and CRI-O's config file to check that it reloads it.
+pub struct Crio {
+    containers_dir: PathBuf,
+    owner: Owner,
+    /// CRI-O's config file (its `crio.conf.d` beside it is read too), at its path on the node.
+    config: Option<PathBuf>,
+    /// The containers directory as the node sees it.
+    on_node: Option<String>,
+}
+
+impl Crio {
+    /// `Err` when the containers configuration directory is no directory.
+    pub fn new(placement: Placement, owner: Owner) -> Result<Self, String> {
+        let Placement { config_path_mount, config_path, config } = placement;
+        if !config_path_mount.is_dir() {
+            return Err(format!(
+                "{} is not a directory: mount the node's /etc/containers there (see the chart's nodeAgent.configPath)",
+                safe(&config_path_mount.display().to_string())
+            ));
+        }
+        Ok(Self { containers_dir: config_path_mount, owner, config, on_node: config_path })
+    }
+}
+
+impl NodeRuntime for Crio {
+    fn apply(&self, plan: &NodePlan) -> io::Result<Report> {
+        dropins::sync(&self.containers_dir, plan, &self.owner)
+    }
+
+    /// CRI-O reads its config at its start; the files are cheap to read at every pass.
+    fn check(&self) -> Reading {
+        let Some(file) = &self.config else { return Reading::UNCHECKED };
+        let drop_in_dir =
+            self.on_node.as_deref().map(|dir| format!("{}/{}", dir.trim_end_matches('/'), dropins::DROP_IN_DIR));
+        let shown = file.display().to_string();
+        let (check, said) = match auto_reload(file) {
+            Ok(true) => (ConfigPathCheck::Reads, None),
+            Ok(false) => (
+                ConfigPathCheck::Elsewhere,
+                Some(format!(
+                    "{} does not set auto_reload_registries = true under [crio.image]: CRI-O reads the agent's drop-ins \
+                     only at its start or on SIGHUP. Set it (or in a crio.conf.d drop-in) and restart CRI-O once.",
+                    safe(&shown)
+                )),
+            ),
+            Err(reason) => (ConfigPathCheck::Unknown, Some(format!("{}: {}", safe(&shown), safe(&reason)))),
+        };
+        Reading { check, config_file: Some(shown), config_path: drop_in_dir, said }
+    }
+
+    fn location(&self) -> String {
+        self.containers_dir.display().to_string()
+    }
+}
+
+/// Whether CRI-O's config (`file`, then each `*.conf` of `crio.conf.d` beside it in lexical order, a later value
+/// winning, as CRI-O reads them) turns `auto_reload_registries` on.
+fn auto_reload(file: &Path) -> Result<bool, String> {
+    let mut texts = vec![std::fs::read_to_string(file).map_err(|error| error.to_string())?];
+    if let Ok(entries) = std::fs::read_dir(file.with_file_name("crio.conf.d")) {
+        let mut paths: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "conf")).collect();
+        paths.sort();
+        texts.extend(paths.iter().filter_map(|path| std::fs::read_to_string(path).ok()));
+    }
+    auto_reload_in(texts.iter().map(String::as_str))
+}
+
+/// The last `auto_reload_registries` the texts set (false when none does).
+pub fn auto_reload_in<'a>(texts: impl IntoIterator<Item = &'a str>) -> Result<bool, String> {
+    let mut on = false;
+    for text in texts {
+        let table: toml::Table = text.parse().map_err(|error: toml::de::Error| error.message().to_string())?;
+        let set = table.get("crio").and_then(|c| c.get("image")).and_then(|i| i.get("auto_reload_registries"));
+        if let Some(value) = set {
+            on = value.as_bool().ok_or("auto_reload_registries is not true or false")?;
+        }
+    }
+    Ok(on)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reload_setting_is_read_as_crio_reads_it_with_a_later_drop_in_winning() {
+        let on = "[crio.image]\nauto_reload_registries = true\n";
+        let off = "[crio.image]\nauto_reload_registries = false\n";
+        assert_eq!(auto_reload_in(["[crio]\n"]), Ok(false), "off by default");
+        assert_eq!(auto_reload_in([on]), Ok(true));
+        assert_eq!(auto_reload_in([on, "[crio.runtime]\n"]), Ok(true), "a drop-in not setting it changes nothing");
+        assert_eq!(auto_reload_in([on, off]), Ok(false));
+        assert!(auto_reload_in(["[crio.image]\nauto_reload_registries = \"yes\"\n"]).is_err());
+        assert!(auto_reload_in(["[crio"]).is_err());
+    }
+}
