@@ -56,7 +56,9 @@ test: image
 	    echo "[test] the cluster test files against Kubernetes $$minor"; \
 	    LRP_KUBE_VERSION=$$minor $(CARGO) test --no-fail-fast $(CLUSTER_TESTS) -- --test-threads=8 || exit 1; \
 	  done ) >target/window-kubernetes.log 2>&1 & kubernetes=$$!; \
-	( for release in $(CONTAINERD_RERUN); do \
+	( echo "[test] the CRI-O node's tests"; \
+	  $(CARGO) test --no-fail-fast --test crio_node || exit 1; \
+	  for release in $(CONTAINERD_RERUN); do \
 	    echo "[test] the node agent's real-node tests on containerd $$release"; \
 	    LRP_CONTAINERD=$$release $(CARGO) test --no-fail-fast $(NODE_AGENT_TESTS) || exit 1; \
 	  done; \

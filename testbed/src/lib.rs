@@ -104,6 +104,8 @@ pub struct Options {
     /// With `real_node`: a second real node, prepared (its namespace, cgroups, configs) but started only by
     /// [`ControlPlane::start_second_node`], so a test can show what happens when a node joins later.
     pub second_node: bool,
+    /// The real nodes' runtime, whatever `LRP_NODE_RUNTIME` says (a test binary of one runtime's own).
+    pub runtime: Option<node::Runtime>,
 }
 
 pub struct ControlPlane {
@@ -133,14 +135,21 @@ impl ControlPlane {
     /// Like [`ControlPlane::shared`], with a real node (see [`Options::real_node`]).
     pub fn shared_with_real_node() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, second_node: false }))
+        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, ..Options::default() }))
+    }
+
+    /// Like [`ControlPlane::shared_with_real_node`], its node running CRI-O (see [`node::Runtime`]).
+    pub fn shared_with_crio_node() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        let options = Options { real_node: true, runtime: Some(node::Runtime::Crio), ..Options::default() };
+        SHARED.get_or_init(|| Self::start_or_panic(options))
     }
 
     /// Like [`ControlPlane::shared_with_real_node`], with a second real node ready to start (see
     /// [`Options::second_node`]).
     pub fn shared_with_two_real_nodes() -> &'static ControlPlane {
         static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, second_node: true }))
+        SHARED.get_or_init(|| Self::start_or_panic(Options { real_node: true, second_node: true, runtime: None }))
     }
 
     fn start_or_panic(options: Options) -> ControlPlane {
@@ -177,7 +186,8 @@ impl ControlPlane {
             }
             node::host::preflight()?;
         }
-        let software = node::NodeSoftware::from_env()?;
+        let mut software = node::NodeSoftware::from_env()?;
+        software.runtime = options.runtime.unwrap_or(software.runtime);
         let tools = tools::bin_dir()?;
         let dir = tempfile::Builder::new().prefix("testbed-").tempdir()?.keep();
         let watchdog = process::Watchdog::guard(&dir)?;
@@ -213,12 +223,12 @@ impl ControlPlane {
         );
         if let Some(network) = &network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, first, network, &cgroups, &software.containerd));
+            recipes.extend(node::recipes(&tools, &dir, first, network, &cgroups, &software));
             node::write_configs(&dir, &tools, &pki, &server, first, network, &software)?;
         }
         if let Some(network) = &second_network {
             let cgroups = network.create_cgroups()?;
-            recipes.extend(node::recipes(&tools, &dir, second, network, &cgroups, &software.containerd));
+            recipes.extend(node::recipes(&tools, &dir, second, network, &cgroups, &software));
             node::write_configs(&dir, &tools, &pki, &server, second, network, &software)?;
         }
 

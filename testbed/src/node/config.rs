@@ -138,7 +138,7 @@ pub(crate) fn cni_conflist(pod_subnet: &str) -> String {
     )
 }
 
-pub(crate) fn kubelet(paths: &Paths, node_ip: Ipv4Addr, cgroup: &str) -> String {
+pub(crate) fn kubelet(paths: &Paths, node_ip: Ipv4Addr, cgroup: &str, runtime: super::Runtime) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -169,7 +169,10 @@ serializeImagePulls: false
 maxPods: 50
 "#,
         ca = paths.ca_cert.display(),
-        socket = paths.node("containerd.sock"),
+        socket = paths.node(match runtime {
+            super::Runtime::Containerd => "containerd.sock",
+            super::Runtime::Crio => CRIO_SOCKET,
+        }),
         resolv = paths.node("resolv.conf"),
     )
 }
@@ -212,4 +215,93 @@ pub(crate) fn corefile(paths: &Paths, node_ip: Ipv4Addr) -> String {
 "#,
         kubeconfig = paths.node("coredns.kubeconfig"),
     )
+}
+
+/// CRI-O's config, for the node's CRI-O (`LRP_NODE_RUNTIME=crio`): images and state on the node's private /var/lib
+/// and /run, the runc the containerd node runs too (behind Debian's conmon), the node's CNI, and the registries'
+/// drop-ins reloaded as they change (`auto_reload_registries`), which the node agent reads back. Its registry
+/// configuration is the node's own /etc/containers (see `super::recipes`).
+pub(crate) fn crio(paths: &Paths) -> String {
+    let tools = paths.tools.display();
+    format!(
+        r#"[crio]
+root = "/var/lib/containers/storage"
+runroot = "/run/containers/storage"
+storage_driver = "overlay"
+log_dir = "/var/log/crio/pods"
+
+[crio.api]
+listen = "{socket}"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+pinns_path = "{tools}/pinns"
+
+[crio.runtime.runtimes.runc]
+runtime_path = "{runc}"
+runtime_type = "oci"
+runtime_root = "/run/runc"
+monitor_path = "/usr/bin/conmon"
+monitor_cgroup = "pod"
+
+[crio.image]
+pause_image = "{PAUSE_IMAGE}"
+pinned_images = ["{PAUSE_IMAGE}"]
+signature_policy = "/etc/containers/policy.json"
+auto_reload_registries = true
+
+[crio.network]
+network_dir = "{cni}"
+plugin_dirs = ["{tools}"]
+"#,
+        socket = paths.node(CRIO_SOCKET),
+        cni = paths.node("cni"),
+        runc = paths.node(RESTRICTED_RUNC),
+    )
+}
+
+/// The runc CRI-O's node runs: the same runc, with a container's `oomScoreAdj` raised to 0 when kubelet asks for
+/// less. This VM's bounding set lacks CAP_SYS_RESOURCE, so no process may lower it ("runc create failed: ...
+/// nsexec: failed to update /proc/self/oom_score_adj: Permission denied" for the chart's system-node-critical
+/// agent); containerd's node has `restrict_oom_score_adj` for that, CRI-O has no such setting.
+pub(crate) fn restricted_runc(paths: &Paths) -> String {
+    format!(
+        r#"#!/bin/sh
+bundle= previous=
+for arg in "$@"; do
+  case $previous in --bundle|-b) bundle=$arg ;; esac
+  case $arg in --bundle=*) bundle=${{arg#--bundle=}} ;; esac
+  previous=$arg
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+  jq 'if (.process.oomScoreAdj // 0) < 0 then .process.oomScoreAdj = 0 else . end' "$bundle/config.json"     >"$bundle/config.json.restricted" && mv "$bundle/config.json.restricted" "$bundle/config.json"
+fi
+exec "{runc}" "$@"
+"#,
+        runc = paths.tools.join("runc").display()
+    )
+}
+
+pub(crate) const RESTRICTED_RUNC: &str = "runc-restricted";
+
+/// Where CRI-O serves the CRI, in the node's directory.
+pub(crate) const CRIO_SOCKET: &str = "crio.sock";
+/// The node's /etc/containers (a directory of its own, bind-mounted there for CRI-O's node).
+pub(crate) const CONTAINERS_DIR: &str = "containers";
+
+/// The files CRI-O's node starts with in /etc/containers: no registry table of the distribution's, and a signature policy
+/// accepting every image (CRI-O refuses to pull without one).
+pub(crate) fn containers_files() -> [(&'static str, &'static str); 2] {
+    [
+        // As Debian's and minikube's: short names (the chart's own image from a checkout) are docker.io's.
+        (
+            "registries.conf",
+            "# The testbed's CRI-O node: no registry but what the node agent's drop-ins add.\n\
+             unqualified-search-registries = [\"docker.io\"]\n",
+        ),
+        ("policy.json", "{\"default\": [{\"type\": \"insecureAcceptAnything\"}]}\n"),
+    ]
 }

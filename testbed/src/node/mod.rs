@@ -151,16 +151,63 @@ impl ProxyMode {
     }
 }
 
-/// What a run chose for its real nodes, each from the environment: the containerd release and kube-proxy's mode.
+/// The real node's container runtime: `LRP_NODE_RUNTIME`, `containerd` (the default, its release chosen by
+/// `LRP_CONTAINERD`) or `crio` (CRI-O of tools/crio, behind Debian's conmon and the same runc). The node checks what
+/// its Node reports (`containerRuntimeVersion`), so a run never passes for the other runtime.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Runtime {
+    #[default]
+    Containerd,
+    Crio,
+}
+
+impl Runtime {
+    pub fn from_env() -> Result<Self, Error> {
+        Self::parse(std::env::var("LRP_NODE_RUNTIME").ok().as_deref())
+    }
+
+    /// `LRP_NODE_RUNTIME`'s value: unset or empty is containerd.
+    pub fn parse(value: Option<&str>) -> Result<Self, Error> {
+        match value.filter(|v| !v.is_empty()) {
+            None | Some("containerd") => Ok(Self::Containerd),
+            Some("crio") => Ok(Self::Crio),
+            Some(other) => Err(Error::Version(format!("LRP_NODE_RUNTIME={other:?} is not containerd or crio"))),
+        }
+    }
+
+    /// Its component's name, as the node agent's `--runtime` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Containerd => "containerd",
+            Self::Crio => "crio",
+        }
+    }
+
+    /// What its Node's `containerRuntimeVersion` starts with.
+    fn reported_prefix(self) -> &'static str {
+        match self {
+            Self::Containerd => "containerd://",
+            Self::Crio => "cri-o://",
+        }
+    }
+}
+
+/// What a run chose for its real nodes, each from the environment: the runtime (and containerd's release) and
+/// kube-proxy's mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeSoftware {
+    pub runtime: Runtime,
     pub containerd: ContainerdRelease,
     pub proxy: ProxyMode,
 }
 
 impl NodeSoftware {
     pub fn from_env() -> Result<Self, Error> {
-        Ok(Self { containerd: ContainerdRelease::from_env()?, proxy: ProxyMode::from_env()? })
+        Ok(Self {
+            runtime: Runtime::from_env()?,
+            containerd: ContainerdRelease::from_env()?,
+            proxy: ProxyMode::from_env()?,
+        })
     }
 }
 
@@ -179,6 +226,9 @@ pub struct RealNode {
     /// Where its containerd release's binaries are (ctr among them).
     containerd_bin: PathBuf,
     release: ContainerdRelease,
+    runtime: Runtime,
+    /// Where the tools are (crioimage among them).
+    tools: PathBuf,
     proxy: ProxyMode,
     /// The control plane's certificates, the node's own root CA among them.
     pki: PathBuf,
@@ -193,9 +243,14 @@ impl RealNode {
         &self.network
     }
 
-    /// The containerd release it runs.
+    /// The containerd release it runs (with containerd).
     pub fn containerd_release(&self) -> &ContainerdRelease {
         &self.release
+    }
+
+    /// The container runtime it runs.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
     /// The mode its kube-proxy runs in (checked against what kube-proxy reports).
@@ -227,8 +282,11 @@ impl RealNode {
         command
     }
 
-    /// Loads an image archive into the node's containerd, where kubelet finds it without a pull.
+    /// Loads an image into the node's runtime, where kubelet finds it without a pull.
     pub fn import(&self, image: &Image) -> Result<(), Error> {
+        if self.runtime == Runtime::Crio {
+            return import_into_crio(&self.tools, &self.dir, image);
+        }
         let output = Command::new(self.containerd_bin.join("ctr"))
             .arg("--address")
             .arg(self.dir.join("containerd.sock"))
@@ -282,14 +340,40 @@ impl RealNode {
     }
 
     /// [`Self::hosts_dir`] as the node's daemons and pods see it, and as containerd's `config_path` names it: the
-    /// same path on every node (`nodeAgent.configPath`).
+    /// same path on every node (`nodeAgent.configPath`). On CRI-O's node, its /etc/containers.
     pub fn config_path_on_node(&self) -> String {
-        config::Paths::on_node(config::HOSTS_DIR)
+        match self.runtime {
+            Runtime::Containerd => config::Paths::on_node(config::HOSTS_DIR),
+            Runtime::Crio => "/etc/containers".into(),
+        }
     }
 
-    /// containerd's config file as the node sees it, the same path on every node (`nodeAgent.containerdConfig`).
+    /// The runtime's config file as the node sees it, the same path on every node (`nodeAgent.containerdConfig`).
     pub fn containerd_config_on_node(&self) -> String {
-        config::Paths::on_node("containerd.toml")
+        match self.runtime {
+            Runtime::Containerd => config::Paths::on_node("containerd.toml"),
+            Runtime::Crio => config::Paths::on_node("crio.conf"),
+        }
+    }
+
+    /// CRI-O's node: its /etc/containers, read from the machine (drop-ins in `registries.conf.d`, CAs in `certs.d`).
+    pub fn containers_dir(&self) -> PathBuf {
+        self.dir.join(config::CONTAINERS_DIR)
+    }
+
+    /// Where CRI-O would pull `image` from, in order, as CRI-O's own image library (the version it links) resolves
+    /// it from the registry configuration in `containers_dir` (the node's: [`Self::containers_dir`]): one
+    /// `<location> insecure=<bool> <reference>` per line.
+    pub fn crio_pull_sources(&self, containers_dir: &Path, image: &str) -> Result<Vec<String>, Error> {
+        let dir = containers_dir;
+        let output = Command::new(self.tools.join("crioimage"))
+            .arg("resolve")
+            .arg(dir.join("registries.conf"))
+            .arg(dir.join("registries.conf.d"))
+            .arg(image)
+            .output()?;
+        let output = checked(&format!("resolving {image}"), output)?;
+        Ok(String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect())
     }
 
     /// The most memory the node's daemons and pods used together so far.
@@ -305,8 +389,9 @@ pub(crate) fn recipes(
     slot: Slot,
     network: &HostNetwork,
     cgroup_procs: &[PathBuf],
-    release: &ContainerdRelease,
+    software: &NodeSoftware,
 ) -> BTreeMap<String, Recipe> {
+    let release = &software.containerd;
     let node = |file: &str| dir.join(slot.dir_name()).join(file).display().to_string();
     let join_cgroup = cgroup_procs.iter().map(|p| format!("echo $$ >'{}'\n", p.display())).collect::<String>();
     // containerd looks its shim up in PATH: its own release's comes first.
@@ -322,12 +407,26 @@ pub(crate) fn recipes(
          && mkdir -p {mount} && mount --bind {own} {mount} \
          && mkdir -p /run/testbed-etc/upper /run/testbed-etc/work \
          && mount -t overlay overlay -o lowerdir=/etc,upperdir=/run/testbed-etc/upper,workdir=/run/testbed-etc/work /etc \
-         && mkdir -p /etc/ssl/certs && cp {mount}/{roots}.crt /etc/ssl/certs/ \
+         && mkdir -p /etc/ssl/certs && cp {mount}/{roots}.crt /etc/ssl/certs/ {containers}\
          && echo $$ >{pid} && exec sleep infinity'",
         mount = config::NODE_MOUNT,
         roots = crate::pki::NODE_ROOTS,
         own = dir.join(slot.dir_name()).display(),
         pid = node("holder.pid"),
+        // CRI-O's node: its /etc/containers is the node directory's, so a test reads what the agent wrote there.
+        containers = match software.runtime {
+            Runtime::Containerd => String::new(),
+            // And no huge page sizes: this VM has hugetlb on the cgroup2 hierarchy only, which runc's cgroup v1
+            // manager cannot reach ("cannot set hugetlb limit: container could not join or create cgroup"), and
+            // CRI-O, unlike containerd (tolerate_missing_hugetlb_controller), passes on the per-size limits kubelet
+            // sends for every size in /sys/kernel/mm/hugepages; with none there, kubelet sends none.
+            Runtime::Crio => format!(
+                "&& mkdir -p /etc/containers && mount --bind {mount}/{dir} /etc/containers \
+                 && mount -t tmpfs -o ro tmpfs /sys/kernel/mm/hugepages ",
+                mount = config::NODE_MOUNT,
+                dir = config::CONTAINERS_DIR
+            ),
+        },
     );
     let enter = format!(
         "{join_cgroup}{path}exec nsenter --net=/run/netns/{netns} --mount=/proc/$(cat '{pid}')/ns/mnt -- \"$@\"",
@@ -335,14 +434,19 @@ pub(crate) fn recipes(
         pid = node("holder.pid"),
     );
     let tool = |name: &str| tools.join(name).display().to_string();
+    let runtime = match software.runtime {
+        Runtime::Containerd => vec![
+            containerd_bin.join("containerd").display().to_string(),
+            format!("--config={}", node("containerd.toml")),
+        ],
+        Runtime::Crio => vec![
+            tool("crio"),
+            format!("--config={}", config::Paths::on_node("crio.conf")),
+            format!("--config-dir={}", config::Paths::on_node("crio.conf.d")),
+        ],
+    };
     let commands: [(&str, Vec<String>); 4] = [
-        (
-            "containerd",
-            vec![
-                containerd_bin.join("containerd").display().to_string(),
-                format!("--config={}", node("containerd.toml")),
-            ],
-        ),
+        (software.runtime.as_str(), runtime),
         (
             "kubelet",
             vec![
@@ -386,8 +490,9 @@ pub(crate) fn write_configs(
     let kubeconfig = |cert: &Path, key: &Path| crate::components::kubeconfig_yaml(server, &pki.ca_cert, cert, key);
     let files = [
         ("containerd.toml", config::containerd(&paths, &software.containerd)),
+        ("crio.conf", config::crio(&paths)),
         ("cni/10-testbed.conflist", config::cni_conflist(slot.pod_subnet())),
-        ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup)),
+        ("kubelet.yaml", config::kubelet(&paths, network.node_ip, &network.cgroup, software.runtime)),
         ("kube-proxy.yaml", config::kube_proxy(&paths, &slot.node_name(), software.proxy)),
         ("Corefile", config::corefile(&paths, network.node_ip)),
         ("resolv.conf", String::new()),
@@ -399,6 +504,17 @@ pub(crate) fn write_configs(
     ];
     for (file, contents) in files {
         std::fs::write(node.join(file), contents)?;
+    }
+    if software.runtime == Runtime::Crio {
+        let containers = node.join(config::CONTAINERS_DIR);
+        std::fs::create_dir_all(containers.join("registries.conf.d"))?;
+        std::fs::create_dir_all(node.join("crio.conf.d"))?;
+        for (file, contents) in config::containers_files() {
+            std::fs::write(containers.join(file), contents)?;
+        }
+        let runc = node.join(config::RESTRICTED_RUNC);
+        std::fs::write(&runc, config::restricted_runc(&paths))?;
+        std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     }
     // The node's own root CA, which its holder adds to the system roots of the node's `/etc`.
     let roots = format!("{}.crt", crate::pki::NODE_ROOTS);
@@ -448,7 +564,6 @@ impl ControlPlane {
             async move { ready }
         })
         .await?;
-        self.start_component(&slot.component("containerd"))?;
         let containerd_bin = release.bin_dir(self.tools());
         let node = RealNode {
             name: slot.node_name(),
@@ -456,18 +571,42 @@ impl ControlPlane {
             dir: dir.clone(),
             containerd_bin: containerd_bin.clone(),
             release: release.clone(),
+            runtime: software.runtime,
+            tools: self.tools().to_path_buf(),
             proxy,
             pki: self.dir().join("pki"),
         };
-        let ctr = containerd_bin.join("ctr");
-        let socket = dir.join("containerd.sock");
-        self.wait_for("containerd to answer", || {
-            let answers = answers(&ctr, &socket);
-            async move { answers }
-        })
-        .await?;
-        node.check_release()?;
-        node.import(&pause::pause(&self.dir().join("images"))?)?;
+        let pause = pause::pause(&self.dir().join("images"))?;
+        match software.runtime {
+            Runtime::Containerd => {
+                self.start_component(&slot.component("containerd"))?;
+                let ctr = containerd_bin.join("ctr");
+                let socket = dir.join("containerd.sock");
+                self.wait_for("containerd to answer", || {
+                    let answers = answers(&ctr, &socket);
+                    async move { answers }
+                })
+                .await?;
+                node.check_release()?;
+                node.import(&pause)?;
+            }
+            Runtime::Crio => {
+                // In the store before CRI-O starts, which takes its pause image from there.
+                node.import(&pause)?;
+                self.start_component(&slot.component("crio"))?;
+                let (crio, socket) = (self.tools().join("crio"), dir.join(config::CRIO_SOCKET));
+                self.wait_for("CRI-O to answer", || {
+                    let answers = Command::new(&crio)
+                        .arg("status")
+                        .arg(format!("--socket={}", socket.display()))
+                        .arg("info")
+                        .output()
+                        .is_ok_and(|o| o.status.success());
+                    async move { answers }
+                })
+                .await?;
+            }
+        }
         host::record_sysctls(&dir)?;
         for name in &COMPONENTS[1..] {
             self.start_component(&slot.component(name))?;
@@ -479,6 +618,15 @@ impl ControlPlane {
             async move { api.get_opt(&name).await.ok().flatten().is_some_and(|n| crate::node_ready(&n)) }
         })
         .await?;
+        let runtime_version = Api::<Node>::all(client.clone()).get(&name).await?;
+        let runtime_version = runtime_version.status.and_then(|s| s.node_info).map(|i| i.container_runtime_version);
+        if !runtime_version.as_deref().is_some_and(|v| v.starts_with(software.runtime.reported_prefix())) {
+            return Err(Error::Version(format!(
+                "the node reports runtime {:?}, not the {} this run asked for (LRP_NODE_RUNTIME)",
+                runtime_version.as_deref().unwrap_or("none"),
+                software.runtime.as_str()
+            )));
+        }
         let mut reported = None;
         let answered = self
             .wait_for("kube-proxy to report its mode", || {
@@ -502,9 +650,12 @@ impl ControlPlane {
         Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
             .patch("kube-proxy", &PatchParams::apply("testbed").force(), &Patch::Apply(&configmap))
             .await?;
+        let runtime = match software.runtime {
+            Runtime::Containerd => format!("containerd {}", release.minor),
+            Runtime::Crio => runtime_version.unwrap_or_default(),
+        };
         eprintln!(
-            "[testbed] real node {name} (containerd {}, kube-proxy {}) Ready in {:.1}s",
-            release.minor,
+            "[testbed] real node {name} ({runtime}, kube-proxy {}) Ready in {:.1}s",
             proxy.as_str(),
             started.elapsed().as_secs_f64()
         );
@@ -526,6 +677,25 @@ fn checked(what: &str, output: Output) -> Result<Output, Error> {
         output.status,
         String::from_utf8_lossy(&output.stderr).trim()
     ))))
+}
+
+/// Copies `image`'s OCI layout into the CRI-O node's image store, inside the node's mount namespace (its store is on
+/// the node's private /var/lib), with the image library CRI-O links; CRI-O may be running (the store is locked).
+fn import_into_crio(tools: &Path, dir: &Path, image: &Image) -> Result<(), Error> {
+    let holder = std::fs::read_to_string(dir.join("holder.pid"))?;
+    // The name ctr would give it: the layout's own (with its tag), else the image's.
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(image.layout.join("index.json"))?)
+        .map_err(|error| std::io::Error::other(format!("{}: {error}", image.layout.display())))?;
+    let named = index["manifests"][0]["annotations"]["io.containerd.image.name"].as_str().unwrap_or(&image.name);
+    let output = Command::new("nsenter")
+        .arg(format!("--mount=/proc/{}/ns/mnt", holder.trim()))
+        .arg("--")
+        .arg(tools.join("crioimage"))
+        .args(["import", "/var/lib/containers/storage", "/run/containers/storage"])
+        .arg(&image.layout)
+        .arg(named)
+        .output()?;
+    checked(&format!("importing {} into CRI-O's store", image.name), output).map(drop)
 }
 
 /// Images every real-node test can use, built from the tools already on this machine.

@@ -1,0 +1,141 @@
+//! The node agent on a real CRI-O node (CRI-O of tools/crio, Debian's conmon, the same runc, kubelet, kube-proxy and
+//! CoreDNS as the containerd node): a published address made pullable by a `registries.conf.d` drop-in that CRI-O
+//! reloads by itself, with CRI-O's pid the same before and after; someone else's drop-in for the same registry kept
+//! and reported; the drop-ins removed when the address is withdrawn; and the runtime conformance suite judged by
+//! CRI-O's own image library. Its own control plane, whose one real node runs CRI-O whatever LRP_NODE_RUNTIME says.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod conformance;
+
+use std::path::PathBuf;
+
+use kube::Client;
+use serde_json::json;
+use testbed::{ControlPlane, RealNode};
+
+use support::agent::{helm, helm_uninstall, own_image, push, registry_service, values};
+use support::{SOON_ON_A_NODE, apply_in, cluster_ip, wait_until};
+
+fn plane() -> &'static ControlPlane {
+    ControlPlane::shared_with_crio_node()
+}
+
+fn node() -> &'static RealNode {
+    plane().real_node().expect("the CRI-O node")
+}
+
+/// A release `release` in a fresh namespace with the node agent on (`--runtime=crio`), publishing a plain-HTTP
+/// ClusterIP registry by its cluster DNS name, with an image of its own pushed by the ClusterIP as
+/// `<address>/<release>/app:1`.
+struct CrioPull {
+    release: &'static str,
+    client: Client,
+    ns: String,
+    ip: String,
+}
+
+impl CrioPull {
+    async fn start(release: &'static str, extra: &[&str]) -> Self {
+        let plane = plane();
+        let client = plane.client().await.expect("admin client");
+        node().import(&support::controller_image()).expect("import the controller image");
+        let ns = plane.namespace(&client, release).await.expect("namespace");
+        support::agent::registry(plane, &client, &ns, node()).await;
+        let mut this = Self { release, client, ns, ip: String::new() };
+        let annotations = json!({"local-registry-publisher.io/host-from-cluster-network": this.name()});
+        apply_in(&this.client, &this.ns, registry_service(&this.ns, annotations)).await;
+        this.ip = cluster_ip(&this.client, &this.ns, "registry").await;
+        push(plane, Some(node()), &own_image(plane, release), &this.image(&this.by_ip()), None);
+        let values = values(&this.ns, node(), &[&["nodeAgent.runtime=crio"], extra].concat());
+        helm(plane, "install", release, &this.ns, &values);
+        this
+    }
+
+    fn by_ip(&self) -> String {
+        format!("{}:5000", self.ip)
+    }
+
+    /// The registry's cluster DNS name and port.
+    fn name(&self) -> String {
+        format!("registry.{}.svc.cluster.local:5000", self.ns)
+    }
+
+    fn image(&self, address: &str) -> String {
+        format!("{address}/{}/app:1", self.release)
+    }
+
+    /// A pod of the pushed image named by `address`, pulled anew, once it is Running.
+    async fn runs(&self, pod: &str, address: &str) {
+        let manifest = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+            "spec": {"containers": [{"name": "app", "image": self.image(address), "imagePullPolicy": "Always"}]}});
+        apply_in(&self.client, &self.ns, manifest).await;
+        wait_running(&self.client, &self.ns, pod).await;
+    }
+
+    async fn end(self) {
+        helm_uninstall(plane(), self.release, &self.ns);
+        plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
+    }
+}
+
+/// Waits until pod `name` in `ns` runs, else fails with what its container waits on.
+async fn wait_running(client: &Client, ns: &str, name: &str) {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns);
+    let phase = || async {
+        let pod = pods.get_opt(name).await.ok().flatten()?;
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    };
+    if wait_until(SOON_ON_A_NODE, phase).await.is_none() {
+        let pod = pods.get_opt(name).await.ok().flatten();
+        let waiting = pod.and_then(|p| p.status?.container_statuses?.first()?.state.clone()?.waiting);
+        panic!("pod {ns}/{name} never ran; its container waits: {waiting:?}");
+    }
+}
+
+/// The pid of the node's CRI-O (its component's process, which is crio itself).
+fn crio_pid() -> u32 {
+    let pid = *plane().pids().get("crio").expect("CRI-O runs");
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "crio", "pid {pid} is CRI-O's");
+    pid
+}
+
+/// The agent's drop-in for `address` on the node, if there.
+fn drop_in(address: &str) -> Option<String> {
+    std::fs::read_to_string(drop_in_path(address)).ok()
+}
+
+fn drop_in_path(address: &str) -> PathBuf {
+    let name = local_registry_publisher::agent::runtime::crio::dropins::drop_in_name(address);
+    node().containers_dir().join("registries.conf.d").join(name)
+}
+
+async fn wait_drop_in(address: &str, present: bool) -> Option<String> {
+    let found = wait_until(SOON_ON_A_NODE, || async { (drop_in(address).is_some() == present).then_some(()) }).await;
+    assert!(found.is_some(), "{address}'s drop-in is still {:?}", drop_in(address));
+    drop_in(address)
+}
+
+#[tokio::test]
+async fn crio_pulls_a_published_cluster_dns_name_through_the_agents_drop_in_reloaded_live_and_falls_back_once_withdrawn()
+ {
+    let pid = crio_pid();
+    let pull = CrioPull::start("criopull", &[]).await;
+    let name = pull.name();
+    let text = wait_drop_in(&name, true).await.unwrap_or_default();
+    assert!(text.contains(&format!("location = \"{}\"", pull.by_ip())) && text.contains("insecure = true"), "{text}");
+    // What CRI-O's own library resolves the name to now: the ClusterIP, over plain HTTP.
+    let sources = node().crio_pull_sources(&node().containers_dir(), &pull.image(&name)).expect("resolve");
+    assert_eq!(sources, [format!("{} insecure=true {}", pull.by_ip(), pull.image(&pull.by_ip()))]);
+    pull.runs("by-name", &name).await;
+    assert_eq!(crio_pid(), pid, "CRI-O was not restarted: it reloaded the drop-in by itself");
+    // Withdrawn (the Service no longer names itself): the drop-in goes and CRI-O resolves the name as it is again.
+    apply_in(&pull.client, &pull.ns, registry_service(&pull.ns, json!({}))).await;
+    wait_drop_in(&name, false).await;
+    let sources = node().crio_pull_sources(&node().containers_dir(), &pull.image(&name)).expect("resolve");
+    assert_eq!(sources, [format!("{name} insecure=false {}", pull.image(&name))]);
+    assert_eq!(crio_pid(), pid);
+    pull.end().await;
+}
