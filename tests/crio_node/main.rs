@@ -139,3 +139,93 @@ async fn crio_pulls_a_published_cluster_dns_name_through_the_agents_drop_in_relo
     assert_eq!(crio_pid(), pid);
     pull.end().await;
 }
+
+/// Someone else's drop-in for the address: kept as it is and told (the agent's metric), and the agent's own
+/// removed, since CRI-O takes the last file of a prefix whole and ours would win by its name; once theirs is gone the
+/// agent writes its own again.
+#[tokio::test]
+async fn someone_elses_drop_in_for_the_published_address_is_kept_and_reported_and_ours_returns_once_it_is_gone() {
+    let pull = CrioPull::start("crioforeign", &[]).await;
+    let name = pull.name();
+    wait_drop_in(&name, true).await;
+    let theirs = node().containers_dir().join("registries.conf.d/50-theirs.conf");
+    let text = format!("[[registry]]\nprefix = \"{name}\"\nlocation = \"{}\"\ninsecure = true\n", pull.by_ip());
+    std::fs::write(&theirs, &text).expect("someone else's drop-in");
+    wait_drop_in(&name, false).await;
+    let foreign = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
+    support::agent::wait_pod_metrics_on(&pull.client, &pull.ns, "node-agent", node(), |m| m.contains(foreign)).await;
+    assert_eq!(std::fs::read_to_string(&theirs).expect("theirs is kept"), text, "theirs was changed");
+    // CRI-O pulls as theirs says, which here is the registry itself.
+    pull.runs("through-theirs", &name).await;
+    std::fs::remove_file(&theirs).expect("remove theirs");
+    wait_drop_in(&name, true).await;
+    pull.end().await;
+}
+
+/// An admin's mirror of docker.io (`nodeAgent.mirrors`): one drop-in whose mirror is the cache and whose location
+/// stays Docker Hub, so a pod naming Docker Hub runs from the cache, and with the cache down CRI-O goes on to Docker
+/// Hub (which nothing here reaches: the pull fails naming both); taken out of the values, its drop-in goes.
+#[tokio::test]
+async fn an_admins_mirror_serves_docker_hub_pulls_from_the_cache_with_docker_hub_as_crios_fallback() {
+    let mirror_of = |ns: &str| {
+        let key = "nodeAgent.mirrors[0]";
+        vec![
+            format!("{key}.upstream=docker.io"),
+            format!("{key}.service.namespace={ns}"),
+            format!("{key}.service.name=cache"),
+            format!("{key}.service.port=5000"),
+        ]
+    };
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    // The cache is the release's own registry under a second Service, in the release's namespace.
+    let pull = CrioPull::start("criomirror", &[]).await;
+    let cache = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cache"},
+        "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}});
+    apply_in(&client, &pull.ns, cache).await;
+    let cache_ip = cluster_ip(&client, &pull.ns, "cache").await;
+    push(plane, Some(node()), &own_image(plane, "criomirror"), &format!("{cache_ip}:5000/library/lrp-crio:1"), None);
+    let mut upgraded = values(&pull.ns, node(), &["nodeAgent.runtime=crio"]);
+    upgraded.extend(mirror_of(&pull.ns));
+    helm(plane, "upgrade", pull.release, &pull.ns, &upgraded);
+    let text = wait_drop_in("docker.io", true).await.unwrap_or_default();
+    assert!(text.contains("location = \"registry-1.docker.io\"") && text.contains("[[registry.mirror]]"), "{text}");
+    let image = "docker.io/library/lrp-crio:1";
+    let sources = node().crio_pull_sources(&node().containers_dir(), image).expect("resolve");
+    let expected = [
+        format!("{cache_ip}:5000 insecure=true {cache_ip}:5000/library/lrp-crio:1"),
+        "registry-1.docker.io insecure=false registry-1.docker.io/library/lrp-crio:1".to_string(),
+    ];
+    assert_eq!(sources, expected, "the cache first, Docker Hub after it");
+    let pod = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
+    };
+    apply_in(&client, &pull.ns, pod("through-mirror")).await;
+    wait_running(&client, &pull.ns, "through-mirror").await;
+
+    // The cache down: CRI-O tries it, then Docker Hub, and says so.
+    support::ok(support::tool(plane, "kubectl", &["scale", "deployment/registry", "-n", &pull.ns, "--replicas=0"]));
+    apply_in(&client, &pull.ns, pod("fallback")).await;
+    let said = wait_waiting_message(&client, &pull.ns, "fallback", "registry-1.docker.io").await;
+    assert!(said.contains(&format!("{cache_ip}:5000")), "the cache was tried first: {said}");
+
+    // Taken out of the values: the drop-in goes.
+    helm(plane, "upgrade", pull.release, &pull.ns, &values(&pull.ns, node(), &["nodeAgent.runtime=crio"]));
+    wait_drop_in("docker.io", false).await;
+    pull.end().await;
+}
+
+/// The message pod `name`'s container waits with, once it contains `needle`.
+async fn wait_waiting_message(client: &Client, ns: &str, name: &str, needle: &str) -> String {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns);
+    let message = || async {
+        let pod = pods.get_opt(name).await.ok().flatten()?;
+        let waiting = pod.status?.container_statuses?.first()?.state.clone()?.waiting?;
+        waiting.message.filter(|m| m.contains(needle))
+    };
+    match wait_until(SOON_ON_A_NODE, message).await {
+        Some(message) => message,
+        None => panic!("pod {ns}/{name} never waited on {needle}: {:?}", pods.get_opt(name).await.ok().flatten()),
+    }
+}
