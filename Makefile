@@ -144,6 +144,7 @@ mutants:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --test crio_node -- -D warnings
 	hack/deny.sh
 	"$$(hack/tools.sh actionlint)/actionlint" -shellcheck "$$(command -v shellcheck)"
 

@@ -229,3 +229,49 @@ async fn wait_waiting_message(client: &Client, ns: &str, name: &str, needle: &st
         None => panic!("pod {ns}/{name} never waited on {needle}: {:?}", pods.get_opt(name).await.ok().flatten()),
     }
 }
+
+/// A NodePort registry, published as `localhost:<nodePort>`: CRI-O alone dials HTTPS there (containers/image
+/// makes no exception for loopback), so the pull fails even where kube-proxy serves the port; the agent's drop-in
+/// sends it to the ClusterIP over plain HTTP, which every proxy mode serves to the node.
+#[tokio::test]
+async fn a_published_loopback_node_port_is_pulled_through_the_agents_drop_in_where_crio_alone_dials_https() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    node().import(&support::controller_image()).expect("import the controller image");
+    let ns = plane.namespace(&client, "crioloop").await.expect("namespace");
+    support::agent::registry(plane, &client, &ns, node()).await;
+    let mut service = registry_service(&ns, json!({}));
+    service["spec"]["type"] = json!("NodePort");
+    apply_in(&client, &ns, service).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    push(plane, Some(node()), &own_image(plane, "crioloop"), &format!("{ip}:5000/crioloop/app:1"), None);
+    let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+    let ports = services.get("registry").await.expect("the Service").spec.and_then(|s| s.ports).unwrap_or_default();
+    let node_port = ports.first().and_then(|p| p.node_port).expect("an allocated nodePort");
+    let host = format!("localhost:{node_port}");
+    let image = format!("{host}/crioloop/app:1");
+    let without = values(&ns, node(), &["nodeAgent.runtime=crio", "nodeAgent.enabled=false"]);
+    helm(plane, "install", "crioloop", &ns, &without);
+    let configmaps = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let published = || async {
+        let data = configmaps.get_opt("hosting").await.ok().flatten()?.data?;
+        data.values().any(|v| v.contains(&host)).then_some(())
+    };
+    assert!(wait_until(SOON_ON_A_NODE, published).await.is_some(), "{host} was never published");
+    let pod = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
+    };
+    apply_in(&client, &ns, pod("without")).await;
+    wait_waiting_message(&client, &ns, "without", "server gave HTTP response to HTTPS client").await;
+
+    let with = values(&ns, node(), &["nodeAgent.runtime=crio"]);
+    helm(plane, "upgrade", "crioloop", &ns, &with);
+    let text = wait_drop_in(&host, true).await.unwrap_or_default();
+    assert!(text.contains(&format!("location = \"{ip}:5000\"")), "{text}");
+    apply_in(&client, &ns, pod("with")).await;
+    wait_running(&client, &ns, "with").await;
+    helm_uninstall(plane, "crioloop", &ns);
+    wait_drop_in(&host, false).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
