@@ -275,3 +275,29 @@ async fn a_published_loopback_node_port_is_pulled_through_the_agents_drop_in_whe
     wait_drop_in(&host, false).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
+
+/// The relay on CRI-O: the agent serves the registry on the node's loopback, which containers/image dials over
+/// HTTPS unless told otherwise, so the agent adds a plain-HTTP drop-in for each loopback address it relays on.
+#[tokio::test]
+async fn a_relayed_registry_is_pulled_from_the_nodes_loopback_through_the_agents_plain_http_drop_in() {
+    const RELAY_PORT: u16 = 5301;
+    let plane = plane();
+    let pull = CrioPull::start("criorelay", &[]).await;
+    let mut relayed = values(&pull.ns, node(), &["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true"]);
+    relayed.extend([
+        format!("nodeAgent.relay.registries[0].service.namespace={}", pull.ns),
+        "nodeAgent.relay.registries[0].service.name=registry".into(),
+        format!("nodeAgent.relay.registries[0].port={RELAY_PORT}"),
+    ]);
+    helm(plane, "upgrade", pull.release, &pull.ns, &relayed);
+    for host in ["127.0.0.1", "localhost"] {
+        let address = format!("{host}:{RELAY_PORT}");
+        let text = wait_drop_in(&address, true).await.unwrap_or_default();
+        assert!(text.contains("insecure = true"), "{text}");
+        pull.runs(&format!("through-{host}").replace('.', "-"), &address).await;
+    }
+    let sources = node().crio_pull_sources(&node().containers_dir(), &pull.image(&format!("127.0.0.1:{RELAY_PORT}")));
+    assert_eq!(sources.expect("resolve")[0].split(' ').nth(1), Some("insecure=true"));
+    pull.end().await;
+    wait_drop_in(&format!("127.0.0.1:{RELAY_PORT}"), false).await;
+}

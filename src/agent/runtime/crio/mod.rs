@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use super::owner::Owner;
 use super::{NodeRuntime, Placement, Reading, Report};
 use crate::escape::safe;
-use crate::node::NodePlan;
 use crate::node::api::state::ConfigPathCheck;
+use crate::node::{Endpoint, HostEntry, NodePlan};
 
 /// The containers configuration directory, and CRI-O's config file to check that it reloads it.
 pub struct Crio {
@@ -41,7 +41,7 @@ impl Crio {
 
 impl NodeRuntime for Crio {
     fn apply(&self, plan: &NodePlan) -> io::Result<Report> {
-        dropins::sync(&self.containers_dir, plan, &self.owner)
+        dropins::sync(&self.containers_dir, &with_relays(plan), &self.owner)
     }
 
     /// CRI-O reads its config at its start; the files are cheap to read at every pass.
@@ -68,6 +68,23 @@ impl NodeRuntime for Crio {
     fn location(&self) -> String {
         self.containers_dir.display().to_string()
     }
+}
+
+/// The plan's entries, and for each relay its loopback addresses as themselves over plain HTTP: containers/image
+/// dials HTTPS on loopback too, so a relayed registry is pulled only where a drop-in allows plain HTTP for it
+/// (containerd and dockerd need no file there). A planned entry for the same address is kept as planned.
+fn with_relays(plan: &NodePlan) -> NodePlan {
+    let mut hosts = plan.hosts.clone();
+    for relay in &plan.relays {
+        for host in ["127.0.0.1", "localhost", "[::1]"] {
+            let address = format!("{host}:{}", relay.port);
+            let Ok(endpoint) = Endpoint::new(false, &address) else { continue };
+            if !hosts.iter().any(|entry| entry.address == address) {
+                hosts.push(HostEntry { address, endpoint, ca: None, server: None });
+            }
+        }
+    }
+    NodePlan { hosts, ..plan.clone() }
 }
 
 /// Whether CRI-O's config (`file`, then each `*.conf` of `crio.conf.d` beside it in lexical order, a later value
@@ -99,6 +116,33 @@ pub fn auto_reload_in<'a>(texts: impl IntoIterator<Item = &'a str>) -> Result<bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_relay_adds_its_loopback_addresses_over_plain_http_and_a_planned_entry_stays_as_planned() {
+        let relay = crate::node::RelayEntry {
+            port: 5201,
+            registry: "ns/registry".into(),
+            target: "10.96.0.12:5000".parse().unwrap(),
+        };
+        let planned = HostEntry {
+            address: "localhost:5201".into(),
+            endpoint: "http://10.96.0.12:5000".parse().unwrap(),
+            ca: None,
+            server: None,
+        };
+        let plan = NodePlan::with_relays(vec![planned.clone()], vec![relay.clone()]);
+        let hosts = with_relays(&plan).hosts;
+        let found: Vec<(&str, &str)> = hosts.iter().map(|e| (e.address.as_str(), e.endpoint.as_str())).collect();
+        assert_eq!(
+            found,
+            [
+                ("localhost:5201", "http://10.96.0.12:5000"),
+                ("127.0.0.1:5201", "http://127.0.0.1:5201"),
+                ("[::1]:5201", "http://[::1]:5201"),
+            ]
+        );
+        assert_eq!(with_relays(&NodePlan::of(vec![planned])).hosts.len(), 1, "no relay, nothing added");
+    }
 
     #[test]
     fn the_reload_setting_is_read_as_crio_reads_it_with_a_later_drop_in_winning() {
