@@ -301,3 +301,65 @@ async fn a_relayed_registry_is_pulled_from_the_nodes_loopback_through_the_agents
     pull.end().await;
     wait_drop_in(&format!("127.0.0.1:{RELAY_PORT}"), false).await;
 }
+
+/// A registry serving TLS under a private CA, published by its cluster DNS name: the agent's drop-in sends the name
+/// to the ClusterIP over HTTPS (no `insecure`), and the CA goes where containers/image looks for the endpoint's
+/// (`certs.d/<ClusterIP>:5000/`), so the pod's pull verifies the registry; both go with the release.
+#[tokio::test]
+async fn a_tls_registry_with_a_private_ca_is_pulled_with_its_ca_under_certs_d_and_both_go_with_the_release() {
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    node().import(&support::controller_image()).expect("import the controller image");
+    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
+    node().import(&crane).expect("import the crane image");
+    let ns = plane.namespace(&client, "criotls").await.expect("namespace");
+    let name = format!("registry.{ns}.svc.cluster.local");
+    let address = format!("{name}:5000");
+    let mut service = registry_service(
+        &ns,
+        json!({"local-registry-publisher.io/host-from-cluster-network": address,
+        "local-registry-publisher.io/ca-bundle": "configmap/registry-ca"}),
+    );
+    service["spec"]["ports"][0]["appProtocol"] = json!("https");
+    apply_in(&client, &ns, service).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let tls = testbed::private_tls(&[&name, &ip]).expect("certificates");
+    let bundle = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry-ca"},
+        "data": {"ca.crt": tls.ca}});
+    apply_in(&client, &ns, bundle).await;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-tls"},
+        "type": "kubernetes.io/tls", "stringData": {"tls.crt": tls.certificate, "tls.key": tls.key}});
+    apply_in(&client, &ns, secret).await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [{
+                "name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "command": ["/authregistry", "--address", ":5000", "--anonymous",
+                    "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key"],
+                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000, "scheme": "HTTPS"},
+                    "periodSeconds": 1}}],
+                "volumes": [{"name": "tls", "secret": {"secretName": "registry-tls"}}]}}}});
+    apply_in(&client, &ns, deployment).await;
+    push(plane, Some(node()), &own_image(plane, "criotls"), &format!("{ip}:5000/criotls/app:1"), None);
+    let with_ca = ["nodeAgent.runtime=crio", "nodeAgent.caBundles={configmap/registry-ca}"];
+    helm(plane, "install", "criotls", &ns, &values(&ns, node(), &with_ca));
+    let text = wait_drop_in(&address, true).await.unwrap_or_default();
+    assert!(text.contains(&format!("location = \"{ip}:5000\"")) && !text.contains("insecure"), "{text}");
+    let ca_file = node()
+        .containers_dir()
+        .join("certs.d")
+        .join(format!("{ip}:5000"))
+        .join(format!("local-registry-publisher-{address}.crt"));
+    let ca = std::fs::read_to_string(&ca_file).expect("the CA where containers/image looks for it");
+    assert!(ca.ends_with(&tls.ca), "{ca}");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "with-ca"},
+        "spec": {"containers": [{"name": "app", "image": format!("{address}/criotls/app:1"),
+            "imagePullPolicy": "Always"}]}});
+    apply_in(&client, &ns, pod).await;
+    wait_running(&client, &ns, "with-ca").await;
+    helm_uninstall(plane, "criotls", &ns);
+    wait_drop_in(&address, false).await;
+    assert!(!ca_file.exists() && !ca_file.parent().expect("its directory").exists(), "the CA and its directory go");
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
