@@ -363,3 +363,73 @@ async fn a_tls_registry_with_a_private_ca_is_pulled_with_its_ca_under_certs_d_an
     assert!(!ca_file.exists() && !ca_file.parent().expect("its directory").exists(), "the CA and its directory go");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
+
+/// A registry that asks for a token. CRI-O's image library sends the pod's pull Secret only to the registry the
+/// image names (containers/image: "we must not blindly send the credentials intended for the primary endpoint to
+/// mirrors"), so through the agent's redirect of the cluster DNS name to the ClusterIP the registry's 401 stands
+/// whatever the Secret holds; through the relay, whose drop-in keeps the loopback address as the location, the pod's
+/// Secret for that address is sent and the pod runs, and a wrong token meets the 401.
+#[tokio::test]
+async fn a_token_registry_is_pulled_with_the_pods_pull_secret_through_the_relay_not_through_a_redirect() {
+    const RELAY_PORT: u16 = 5302;
+    let plane = plane();
+    let client = plane.client().await.expect("admin client");
+    node().import(&support::controller_image()).expect("import the controller image");
+    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
+    node().import(&crane).expect("import the crane image");
+    let ns = plane.namespace(&client, "criotoken").await.expect("namespace");
+    let name = format!("registry.{ns}.svc.cluster.local:5000");
+    let relayed = format!("localhost:{RELAY_PORT}");
+    let token = "crio-token-4f1c";
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "registry"},
+        "spec": {"selector": {"matchLabels": {"app": "registry"}},
+            "template": {"metadata": {"labels": {"app": "registry"}}, "spec": {"containers": [{
+                "name": "registry", "image": crane.name, "imagePullPolicy": "Never",
+                "command": ["/authregistry", "--address", ":5000"],
+                "env": [{"name": "REGISTRY_USERNAME", "value": "oauth2accesstoken"},
+                    {"name": "REGISTRY_PASSWORD", "value": token}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 5000}, "periodSeconds": 1}}]}}}});
+    apply_in(&client, &ns, deployment).await;
+    let annotations = json!({"local-registry-publisher.io/host-from-cluster-network": name});
+    apply_in(&client, &ns, registry_service(&ns, annotations)).await;
+    let ip = cluster_ip(&client, &ns, "registry").await;
+    let auth = |password: &str| json!({"username": "oauth2accesstoken", "password": password});
+    let docker_config = plane.dir().join(format!("criotoken-{ns}"));
+    std::fs::create_dir_all(&docker_config).expect("a docker config directory");
+    let pushing = json!({"auths": {format!("{ip}:5000"): auth(token)}});
+    std::fs::write(docker_config.join("config.json"), pushing.to_string()).expect("config.json");
+    let image = "criotoken/app:1";
+    push(plane, Some(node()), &own_image(plane, "criotoken"), &format!("{ip}:5000/{image}"), Some(&docker_config));
+    let mut with_relay = values(&ns, node(), &["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true"]);
+    with_relay.extend([
+        format!("nodeAgent.relay.registries[0].service.namespace={ns}"),
+        "nodeAgent.relay.registries[0].service.name=registry".into(),
+        format!("nodeAgent.relay.registries[0].port={RELAY_PORT}"),
+    ]);
+    helm(plane, "install", "criotoken", &ns, &with_relay);
+    wait_drop_in(&name, true).await;
+    wait_drop_in(&relayed, true).await;
+    // One Secret holding the right token for both addresses, one a wrong token.
+    let secret = |secret: &str, password: &str| {
+        let config = json!({"auths": {(name.as_str()): auth(password), (relayed.as_str()): auth(password)}});
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+            "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": config.to_string()}})
+    };
+    apply_in(&client, &ns, secret("right", token)).await;
+    apply_in(&client, &ns, secret("wrong", "not-the-token")).await;
+    let pod = |pod: &str, address: &str, pull_secret: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+            "spec": {"imagePullSecrets": [{"name": pull_secret}], "containers": [{"name": "app",
+                "image": format!("{address}/{image}"), "imagePullPolicy": "Always"}]}})
+    };
+    apply_in(&client, &ns, pod("relayed", &relayed, "right")).await;
+    wait_running(&client, &ns, "relayed").await;
+    apply_in(&client, &ns, pod("relayed-wrong", &relayed, "wrong")).await;
+    wait_waiting_message(&client, &ns, "relayed-wrong", "unauthorized").await;
+    apply_in(&client, &ns, pod("redirected", &name, "right")).await;
+    let said = wait_waiting_message(&client, &ns, "redirected", "unauthorized").await;
+    assert!(said.contains(&format!("{ip}:5000")), "the redirect reached the ClusterIP, without credentials: {said}");
+    helm_uninstall(plane, "criotoken", &ns);
+    wait_drop_in(&name, false).await;
+    plane.delete_namespace(&client, &ns).await.expect("delete namespace");
+}
