@@ -283,7 +283,9 @@ async fn a_relayed_registry_is_pulled_from_the_nodes_loopback_through_the_agents
     const RELAY_PORT: u16 = 5301;
     let plane = plane();
     let pull = CrioPull::start("criorelay", &[]).await;
-    let mut relayed = values(&pull.ns, node(), &["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true"]);
+    // On the node's network, each release's agents need a port of the node of their own.
+    let on_node = ["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true", "nodeAgent.httpPort=8301"];
+    let mut relayed = values(&pull.ns, node(), &on_node);
     relayed.extend([
         format!("nodeAgent.relay.registries[0].service.namespace={}", pull.ns),
         "nodeAgent.relay.registries[0].service.name=registry".into(),
@@ -310,8 +312,8 @@ async fn a_tls_registry_with_a_private_ca_is_pulled_with_its_ca_under_certs_d_an
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     node().import(&support::controller_image()).expect("import the controller image");
-    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
-    node().import(&crane).expect("import the crane image");
+    let crane = support::agent::crane_image(plane);
+    node().import(crane).expect("import the crane image");
     let ns = plane.namespace(&client, "criotls").await.expect("namespace");
     let name = format!("registry.{ns}.svc.cluster.local");
     let address = format!("{name}:5000");
@@ -375,8 +377,8 @@ async fn a_token_registry_is_pulled_with_the_pods_pull_secret_through_the_relay_
     let plane = plane();
     let client = plane.client().await.expect("admin client");
     node().import(&support::controller_image()).expect("import the controller image");
-    let crane = testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image");
-    node().import(&crane).expect("import the crane image");
+    let crane = support::agent::crane_image(plane);
+    node().import(crane).expect("import the crane image");
     let ns = plane.namespace(&client, "criotoken").await.expect("namespace");
     let name = format!("registry.{ns}.svc.cluster.local:5000");
     let relayed = format!("localhost:{RELAY_PORT}");
@@ -400,7 +402,8 @@ async fn a_token_registry_is_pulled_with_the_pods_pull_secret_through_the_relay_
     std::fs::write(docker_config.join("config.json"), pushing.to_string()).expect("config.json");
     let image = "criotoken/app:1";
     push(plane, Some(node()), &own_image(plane, "criotoken"), &format!("{ip}:5000/{image}"), Some(&docker_config));
-    let mut with_relay = values(&ns, node(), &["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true"]);
+    let on_node = ["nodeAgent.runtime=crio", "nodeAgent.relay.enabled=true", "nodeAgent.httpPort=8302"];
+    let mut with_relay = values(&ns, node(), &on_node);
     with_relay.extend([
         format!("nodeAgent.relay.registries[0].service.namespace={ns}"),
         "nodeAgent.relay.registries[0].service.name=registry".into(),

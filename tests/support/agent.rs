@@ -81,12 +81,16 @@ pub fn registry_service(ns: &str, annotations: serde_json::Value) -> serde_json:
         "spec": {"selector": {"app": "registry"}, "ports": [{"name": "registry", "port": 5000}]}})
 }
 
+/// The crane image (crane, and authregistry beside it), written once per test binary: tests side by side would
+/// otherwise rewrite the archive another is importing.
+pub fn crane_image(plane: &ControlPlane) -> &'static xtask::image::Image {
+    static CRANE: std::sync::OnceLock<xtask::image::Image> = std::sync::OnceLock::new();
+    CRANE.get_or_init(|| testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image"))
+}
+
 /// A plain-HTTP registry (crane's) on `node` behind a ClusterIP Service `registry` labelled for `ns`'s release.
 pub async fn registry(plane: &ControlPlane, client: &Client, ns: &str, node: &RealNode) {
-    // Written once per test binary: tests side by side would otherwise rewrite the archive another is importing.
-    static CRANE: std::sync::OnceLock<xtask::image::Image> = std::sync::OnceLock::new();
-    let crane = CRANE
-        .get_or_init(|| testbed::node::crane_image(plane.tools(), &plane.dir().join("images")).expect("crane image"));
+    let crane = crane_image(plane);
     node.import(crane).expect("import the crane image");
     apply_in(client, ns, registry_deployment(&crane.name, Some(node.name()))).await;
     apply_in(client, ns, registry_service(ns, json!({}))).await;
