@@ -46,7 +46,7 @@ impl AgentMetrics {
         );
         registry.register(
             "local_registry_publisher_node_hosts_files",
-            "hosts.toml files (each with its CA file, if any) the agent wrote or removed, by operation",
+            "node files (hosts.toml or drop-in, each with its CA file, if any) the agent wrote or removed, by operation",
             self.files.clone(),
         );
         registry.register_with_unit(

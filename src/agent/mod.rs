@@ -83,6 +83,8 @@ pub async fn run(
         RuntimeKind::Auto => runtime_of(runtime_version.as_deref()),
         chosen => chosen,
     };
+    // Told in the node's state as files that go unread: the runtime chosen is not the node's.
+    let mismatch = mismatch(kind, runtime_version.as_deref());
     let node_runtime: Box<dyn NodeRuntime> = match (kind, &settings.config_path_mount) {
         // Auto is resolved above; it would be containerd, the runtime a node that says nothing runs most likely.
         (RuntimeKind::Auto | RuntimeKind::Containerd, Some(mount)) => {
@@ -198,7 +200,12 @@ pub async fn run(
                 metrics.files_changed(&report);
                 last = report;
             }
-            let found = node_runtime.check();
+            let found = match &mismatch {
+                Some(said) => {
+                    Reading { check: ConfigPathCheck::Elsewhere, said: Some(said.clone()), ..node_runtime.check() }
+                }
+                None => node_runtime.check(),
+            };
             if found != runtime {
                 tell_runtime(&found);
                 runtime = found;
@@ -286,6 +293,34 @@ fn runtime_of(version: Option<&str>) -> RuntimeKind {
     }
 }
 
+/// Why the files of runtime `chosen` go unread on a node reporting `version`, when it names another runtime the agent
+/// configures.
+fn mismatch(chosen: RuntimeKind, version: Option<&str>) -> Option<String> {
+    let version = version?;
+    let (runs, should) = match (chosen, runtime_of(Some(version))) {
+        (RuntimeKind::Containerd, RuntimeKind::Crio) => ("CRI-O", "crio"),
+        (RuntimeKind::Crio, RuntimeKind::Containerd) if version.starts_with("containerd://") => {
+            ("containerd", "containerd")
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "this node runs {runs} ({}), which does not read what --runtime={} writes: set nodeAgent.runtime={should} \
+         (--runtime={should}), or leave --runtime to auto",
+        safe(version),
+        chosen_name(chosen)
+    ))
+}
+
+fn chosen_name(kind: RuntimeKind) -> &'static str {
+    match kind {
+        RuntimeKind::Auto => "auto",
+        RuntimeKind::Containerd => "containerd",
+        RuntimeKind::Crio => "crio",
+        RuntimeKind::None => "none",
+    }
+}
+
 async fn runtime_version(client: &Client, node: Option<&str>) -> Option<String> {
     let found = Api::<Node>::all(client.clone()).get_opt(node?).await;
     let found = found.inspect_err(|error| warn!(%error, "cannot read this node's runtime release")).ok()??;
@@ -353,25 +388,25 @@ fn sync(node_runtime: &dyn NodeRuntime, plan: &NodePlan, last: &Report) -> Optio
     let report = match node_runtime.apply(plan) {
         Ok(report) => report,
         Err(error) => {
-            error!(%error, "reading the hosts directory failed");
+            error!(%error, "reading the runtime's registry directory failed");
             return None;
         }
     };
     for address in &report.written {
-        info!(address = %safe(address), "hosts.toml written");
+        info!(address = %safe(address), "node file written");
     }
     for address in &report.removed {
-        info!(address = %safe(address), "hosts.toml removed: the address is no longer published");
+        info!(address = %safe(address), "node file removed: the address is no longer published");
     }
     let news = News::of(&report, last);
     if news.foreign {
         for address in &report.foreign {
-            warn!(address = %safe(address), "a hosts.toml this agent did not write is there: left as it is, so this node pulls the address as that file says");
+            warn!(address = %safe(address), "a file this agent did not write configures it: left as it is, so this node pulls the address as that file says");
         }
     }
     if news.failed {
         for (address, reason) in &report.failed {
-            error!(address = %safe(address), reason = %safe(reason), "hosts.toml not written");
+            error!(address = %safe(address), reason = %safe(reason), "node file not written");
         }
     }
     Some(report)
@@ -479,6 +514,18 @@ fn moved(daemonset: &DaemonSet, mine: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_chosen_against_what_the_node_reports_is_said_with_the_value_to_set() {
+        let said = mismatch(RuntimeKind::Containerd, Some("cri-o://1.36.1")).expect("containerd's files on CRI-O");
+        assert!(said.contains("this node runs CRI-O (cri-o://1.36.1)") && said.contains("nodeAgent.runtime=crio"));
+        let said = mismatch(RuntimeKind::Crio, Some("containerd://2.4.2")).expect("drop-ins on containerd");
+        assert!(said.contains("nodeAgent.runtime=containerd"), "{said}");
+        assert_eq!(mismatch(RuntimeKind::Crio, Some("cri-o://1.36.1")), None);
+        assert_eq!(mismatch(RuntimeKind::Containerd, Some("containerd://2.4.2")), None);
+        assert_eq!(mismatch(RuntimeKind::Crio, Some("kwok-0.8.0")), None, "a runtime it cannot tell is not judged");
+        assert_eq!(mismatch(RuntimeKind::Containerd, None), None);
+    }
 
     #[test]
     fn the_runtime_is_crio_where_the_node_says_cri_o_and_containerd_anywhere_else() {

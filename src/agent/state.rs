@@ -56,7 +56,7 @@ pub fn derive(plan: &NodePlan, found: Found<'_>) -> Derived {
         .map(|entry| {
             let failed = report.failed.iter().find(|(address, _)| *address == entry.address);
             let (verdict, message) = if report.foreign.contains(&entry.address) {
-                (Verdict::Foreign, Some("a hosts.toml this agent did not write is there: left as it is".into()))
+                (Verdict::Foreign, Some("a file this agent did not write configures it: left as it is".into()))
             } else if let Some((_, why)) = failed {
                 (Verdict::Failed, Some(why.clone()))
             } else if unread {
@@ -223,18 +223,18 @@ fn configured(plan: &NodePlan, report: &Report, runtime: &Reading, too_new: Opti
         troubles.push((ConfiguredReason::PlanTooNew, plan_too_new(format)));
     }
     if runtime.unread() {
-        let said = runtime.said.clone().unwrap_or_else(|| "the runtime reads another hosts directory".into());
+        let said = runtime.said.clone().unwrap_or_else(|| "the runtime does not read the agent's files".into());
         troubles.push((ConfiguredReason::ConfigPathMismatch, said));
     }
     if !report.failed.is_empty() {
         let failures: Vec<String> = report.failed.iter().map(|(address, why)| format!("{address}: {why}")).collect();
-        troubles.push((ConfiguredReason::HostsFileFailed, format!("hosts.toml not written: {}", failures.join("; "))));
+        troubles.push((ConfiguredReason::HostsFileFailed, format!("node file not written: {}", failures.join("; "))));
     }
     if !report.foreign.is_empty() {
         troubles.push((
             ConfiguredReason::ForeignHostsFile,
             format!(
-                "{}: a hosts.toml this agent did not write is there; it is left as it is, so this node pulls them as \
+                "{}: a file this agent did not write configures them; it is left as it is, so this node pulls them as \
                  that file says (remove it to let the agent configure the address)",
                 report.foreign.join(", ")
             ),
@@ -246,9 +246,9 @@ fn configured(plan: &NodePlan, report: &Report, runtime: &Reading, too_new: Opti
         return Configured { configured: false, reason: *reason, message };
     }
     let mut message = if plan.hosts.is_empty() {
-        "no published address needs a hosts.toml on this node".to_string()
+        "no published address needs a node file on this node".to_string()
     } else {
-        "every planned address has its hosts.toml".to_string()
+        "every planned address has its node file".to_string()
     };
     match (runtime.check, &runtime.said) {
         (ConfigPathCheck::Unchecked, _) if !plan.hosts.is_empty() => message.push_str(
@@ -356,7 +356,7 @@ mod tests {
         assert!(!configured.configured);
         assert_eq!(configured.reason, ConfiguredReason::HostsFileFailed, "failed comes before foreign");
         assert_eq!(configured.message.matches("c:5000: read-only file system").count(), 1, "{}", configured.message);
-        assert_eq!(configured.message.matches("b:5000: a hosts.toml").count(), 1, "{}", configured.message);
+        assert_eq!(configured.message.matches("b:5000: a file").count(), 1, "{}", configured.message);
         let (counts, check) = counts(&derived);
         assert_eq!(check, ConfigPathCheck::Reads);
         assert_eq!(
@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(one.configured, two.configured, "a plan change on a settled node is told by its object alone");
         assert_ne!(one.addresses, two.addresses);
         let none = derive(&NodePlan::default(), found(&Report::default(), &READS, None));
-        assert_eq!(none.configured.message, "no published address needs a hosts.toml on this node");
+        assert_eq!(none.configured.message, "no published address needs a node file on this node");
     }
 
     #[test]
@@ -408,7 +408,7 @@ mod tests {
         let caveat =
             Reading { check: ConfigPathCheck::Unknown, config_file: None, config_path: None, said: Some("why".into()) };
         let derived = derive(&plan, found(&Report::default(), &caveat, None));
-        assert_eq!(derived.configured.message, "every planned address has its hosts.toml (why)");
+        assert_eq!(derived.configured.message, "every planned address has its node file (why)");
         assert_eq!(verdicts(&derived), [("a:5000", Verdict::Configured)]);
     }
 
@@ -424,8 +424,8 @@ mod tests {
         let derived = derive(&plan, found(&report, &elsewhere(), None));
         // Fixing containerd's directory would not fix these.
         assert_eq!(derived.configured.reason, ConfiguredReason::ConfigPathMismatch);
-        assert!(derived.configured.message.contains("b:5000: a hosts.toml this agent did not write"));
-        assert!(derived.configured.message.contains("hosts.toml not written: c:5000: read-only file system"));
+        assert!(derived.configured.message.contains("b:5000: a file this agent did not write"));
+        assert!(derived.configured.message.contains("node file not written: c:5000: read-only file system"));
         assert_eq!(verdicts(&derived), [("a:5000", Verdict::Unread), ("b:5000", Verdict::Foreign)]);
     }
 
@@ -440,7 +440,7 @@ mod tests {
         let plan = NodePlan::of(vec![entry("a:5000")]);
         let derived = derive(&plan, found(&Report::default(), &check.reading(said), None));
         assert!(derived.configured.configured);
-        assert!(derived.configured.message.starts_with("every planned address has its hosts.toml ("));
+        assert!(derived.configured.message.starts_with("every planned address has its node file ("));
         assert!(derived.configured.message.contains("containerd 2.2 and later"), "{}", derived.configured.message);
     }
 
@@ -467,7 +467,7 @@ mod tests {
     #[test]
     fn a_node_with_nothing_planned_does_not_say_its_containerd_was_not_checked() {
         let derived = derive(&NodePlan::default(), found(&Report::default(), &Reading::UNCHECKED, None));
-        assert_eq!(derived.configured.message, "no published address needs a hosts.toml on this node");
+        assert_eq!(derived.configured.message, "no published address needs a node file on this node");
     }
 
     fn relay_plan() -> NodePlan {

@@ -131,6 +131,13 @@ async fn crio_pulls_a_published_cluster_dns_name_through_the_agents_drop_in_relo
     assert_eq!(sources, [format!("{} insecure=true {}", pull.by_ip(), pull.image(&pull.by_ip()))]);
     pull.runs("by-name", &name).await;
     assert_eq!(crio_pid(), pid, "CRI-O was not restarted: it reloaded the drop-in by itself");
+    // doctor judges the CRI-O node by its agent's state, and CRI-O's config says it reloads the drop-ins.
+    let configured = format!("node {}: configured by criopull-local-registry-publisher-node-agent-", node().name());
+    let report =
+        support::agent::wait_doctor(plane(), &pull.ns, support::agent::ALL_WELL, |r| r.contains(&configured)).await;
+    println!("{report}");
+    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    support::agent::wait_pod_metrics_on(&pull.client, &pull.ns, "node-agent", node(), |m| m.contains(reads)).await;
     // Withdrawn (the Service no longer names itself): the drop-in goes and CRI-O resolves the name as it is again.
     apply_in(&pull.client, &pull.ns, registry_service(&pull.ns, json!({}))).await;
     wait_drop_in(&name, false).await;

@@ -51,7 +51,7 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     apply_in(&client, &ns, app_pod("through", &format!("{address}/keepplan/app:1"))).await;
     wait_phase(&client, &ns, "through", &["Running"]).await;
     let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("the node plan written for it stays in force")).await;
-    assert!(report.contains(&format!("{address} needs a hosts.toml")), "{report}");
+    assert!(report.contains(&format!("{address} needs a node file")), "{report}");
     assert!(report.contains(&format!("node {}: configured by", node().name())), "{report}");
 
     // Fixed, the registry is followed again; uninstalled, nothing of ours is left.
@@ -68,7 +68,10 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     let configured = format!("node {}: configured by nodestate-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&ns, ALL_WELL, |r| r.contains(&configured)).await;
     // The simulated node runs no containerd: told, and not what is wrong.
-    assert!(report.contains("its runtime is \"kwok-") && report.contains("does not read containerd's hosts.toml"));
+    assert!(
+        report.contains("its runtime is \"kwok-")
+            && report.contains("whose registry files the node agent does not write")
+    );
     let summary = report.rsplit("== Summary").next().unwrap_or_default();
     assert!(!summary.contains("Node pulls"), "{report}");
 

@@ -57,7 +57,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
 
     // The foreign file is left byte for byte and reported; the namespace's docker.io is refused, not mirrored.
     let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("not configured for docker.io (foreign: ")).await;
-    assert!(report.contains(&format!("docker.io is mirrored: a hosts.toml sends its pulls to http://{cache_ip}:5000 first, then to https://registry-1.docker.io")), "{report}");
+    assert!(report.contains(&format!("docker.io is mirrored: a node file sends its pulls to http://{cache_ip}:5000 first, then to https://registry-1.docker.io")), "{report}");
     assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
     wait_agent_metrics(&client, &ns, |t| t.contains("local_registry_publisher_node_addresses{state=\"foreign\"} 1\n"))
         .await;

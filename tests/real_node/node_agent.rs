@@ -108,12 +108,15 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     let report = wait_doctor(&pull.ns, ALL_WELL, |report| report.contains(&real)).await;
     // The node's line names where the agent found the hosts directory: the config file and its config_path.
     let line = report.lines().find(|line| line.contains(&real)).unwrap_or_default();
-    let read = format!(" sets config_path {}", node().config_path_on_node());
+    let read = format!(" has it read {}", node().config_path_on_node());
     assert!(line.contains(".toml") && line.contains(&read), "{line}");
-    let needs = format!("{} needs a hosts.toml mapping it to http://{}", pull.name(), pull.by_ip());
+    let needs = format!("{} needs a node file mapping it to http://{}", pull.name(), pull.by_ip());
     assert!(report.contains(&needs), "{report}");
     let simulated = "its runtime is \"kwok-";
-    assert!(report.contains(simulated) && report.contains("does not read containerd's hosts.toml"), "{report}");
+    assert!(
+        report.contains(simulated) && report.contains("whose registry files the node agent does not write"),
+        "{report}"
+    );
 
     // A look-alike: labelled as doctor finds the agents (their component), running on the node, but no pod of the
     // agents' DaemonSet (whose full selector would adopt it and delete it as one pod too many on the node). doctor

@@ -232,7 +232,7 @@ async fn tools_on_the_node_push_to_a_loopback_node_port_in_iptables_mode_only_an
     // doctor on the node, agent off, in either mode: nothing to fix, and the hostPort not told as needing a file.
     let (code, report) = support::agent::doctor_on(plane, node(), &ns);
     assert_eq!(code, Some(ALL_WELL), "{report}");
-    assert!(!report.contains(&format!("{with_host_port} needs a hosts.toml")), "{report}");
+    assert!(!report.contains(&format!("{with_host_port} needs a node file")), "{report}");
     assert!(report.contains(&format!("{with_host_port} is the registry pod's hostPort")), "{report}");
     let off = report.lines().find(|l| l.contains("the node agent is off")).unwrap_or_default();
     assert!(!off.contains(&with_host_port), "the hostPort's address is not among what needs the agent: {off}");

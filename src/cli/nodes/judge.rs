@@ -21,7 +21,7 @@ pub fn section(
     found: Option<&Agents>,
     proxies: Option<&proxy::Sources>,
 ) -> (Section, Vec<String>) {
-    let mut section = Section::titled("Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    let mut section = Section::titled("Node pulls (the node agent's files; docs/node-pulls.md)");
     let mut noted = Noted::default();
     let well = judge(&mut section, &mut noted, published, kept, agents, decided, found);
     let address = published.and_then(proxy::loopback_pull_address);
@@ -45,9 +45,13 @@ fn loopback(section: &mut Section, address: &str, proxies: &proxy::Sources, conf
         }
     };
     let mut well = true;
-    for node in nodes.iter().filter(|node| verdict::runs_containerd(node)) {
+    for node in nodes.iter().filter(|node| verdict::reads_agent_files(node)) {
         let name = node.name_any();
-        let (said, fails) = proxy::judge(proxy::on(node, proxies).as_ref(), address, configured.contains(&name));
+        let (said, fails) = if verdict::runs_crio(node) {
+            proxy::judge_crio(address, configured.contains(&name))
+        } else {
+            proxy::judge(proxy::on(node, proxies).as_ref(), address, configured.contains(&name))
+        };
         well &= !fails;
         section.say(format!("  on node {name}, {said}"));
     }
@@ -135,7 +139,7 @@ fn judge(
         ));
     }
     if plan.hosts.is_empty() && plan.relays.is_empty() {
-        section.say("  no published address needs a hosts.toml: each node's containerd pulls them as they are");
+        section.say("  no published address needs a node file: each node's runtime pulls them as they are");
         return mirrors_usable && relay_usable;
     }
     // A loopback address at the registry pod's hostPort: the CNI's portmap serves it on the nodes running that pod,
@@ -146,16 +150,16 @@ fn judge(
     for entry in &plan.hosts {
         section.say(match &entry.server {
             Some(server) => format!(
-                "  {} is mirrored: a hosts.toml sends its pulls to {} first, then to {server}",
+                "  {} is mirrored: a node file sends its pulls to {} first, then to {server}",
                 entry.address, entry.endpoint
             ),
             None if at_host_port(&entry.address) => format!(
                 "  {} is the registry pod's hostPort, which the CNI serves on the nodes running that pod in every \
-                 kube-proxy mode (every node, for a DaemonSet such as minikube's registry-proxy); a hosts.toml \
+                 kube-proxy mode (every node, for a DaemonSet such as minikube's registry-proxy); a node file \
                  mapping it to {} lets the other nodes pull it too",
                 entry.address, entry.endpoint
             ),
-            None => format!("  {} needs a hosts.toml mapping it to {}", entry.address, entry.endpoint),
+            None => format!("  {} needs a node file mapping it to {}", entry.address, entry.endpoint),
         });
     }
     let (Some(agents), Some(found)) = (agents, found) else {

@@ -16,6 +16,21 @@ pub fn loopback_pull_address(published: &Published) -> Option<&str> {
 
 /// What `mode` means for pulls of `address` on a node: the line's text and whether it fails doctor. `configured`:
 /// the node agent's file for the address is in place there.
+/// [`judge`] for a CRI-O node: it dials HTTPS on loopback too, so whatever kube-proxy serves there, only the
+/// agent's drop-in (plain HTTP to the ClusterIP) makes `address` pullable.
+pub fn judge_crio(address: &str, configured: bool) -> (String, bool) {
+    if configured {
+        return (format!("CRI-O pulls {address} through the agent's drop-in, to the ClusterIP"), false);
+    }
+    (
+        format!(
+            "CRI-O dials HTTPS on the node's loopback too, so {address} is pulled only through the node agent's \
+             drop-in, which is not in place"
+        ),
+        true,
+    )
+}
+
 pub fn judge(mode: Option<&Mode>, address: &str, configured: bool) -> (String, bool) {
     let Some(mode) = mode else {
         return (

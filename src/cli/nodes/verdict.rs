@@ -60,8 +60,8 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
     if let Err(why) = crate::node::coverage::covered(found.node, found.template) {
         return Line::NotCovered(format!("not covered by the node agent: {why}"));
     }
-    // dockerd reads none of containerd's files, but pulls the relay's loopback addresses over plain HTTP all the
-    // same; CRI-O does not (it speaks HTTPS to localhost too), nor is an unknown runtime (a simulated node's) judged.
+    // dockerd reads none of the agent's files, but pulls the relay's loopback addresses over plain HTTP all the
+    // same; an unknown runtime (a simulated node's) is not judged.
     let other_runtime = unsupported(runtime(found.node));
     let pulls_loopback = ["containerd://", "docker://"].iter().any(|r| runtime(found.node).starts_with(r));
     if let Some(why) = &other_runtime
@@ -98,6 +98,11 @@ pub fn node(found: &Found, plan: &NodePlan) -> Line {
         return Line::Wrong(said);
     }
     let files = match (writes_no_files(state), other_runtime) {
+        // CRI-O speaks HTTPS to loopback too: a relay is pulled there only through the drop-in the agent writes.
+        (true, _) if runs_crio(found.node) && !plan.relays.is_empty() => Err(format!(
+            "{name} writes no runtime configuration (nodeAgent.runtime none), and CRI-O dials the relay's loopback \
+             addresses over HTTPS: set nodeAgent.runtime=crio so the agents write a plain-HTTP drop-in for each"
+        )),
         (true, _) => Ok(format!("{name} writes no runtime configuration (nodeAgent.runtime none)")),
         (false, Some(why)) => Ok(why),
         (false, None) => verdict(plan, state),
@@ -209,33 +214,37 @@ fn verdict(plan: &NodePlan, state: &NodeState) -> Result<String, String> {
 /// `; <config file> sets config_path <directory>`; nothing when it did not read the config.
 fn read_in(state: &NodeState) -> String {
     match (&state.runtime.config_file, &state.runtime.config_path) {
-        (Some(file), Some(path)) => format!("; {file} sets config_path {path}"),
+        (Some(file), Some(path)) => format!("; {file} has it read {path}"),
         (Some(file), None) => format!("; {file} sets no config_path"),
         (None, _) => String::new(),
     }
 }
 
-/// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd.
 /// `node`'s container runtime as its kubelet reports it (`containerd://2.4.2`), empty when not reported.
 fn runtime(node: &Node) -> &str {
     let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
     info.map_or("", |i| i.container_runtime_version.as_str())
 }
 
-/// Whether `node`'s runtime reads containerd's hosts.toml at all.
-pub fn runs_containerd(node: &Node) -> bool {
+/// Whether `node`'s runtime reads the agent's files at all (containerd's hosts.toml, CRI-O's drop-ins).
+pub fn reads_agent_files(node: &Node) -> bool {
     unsupported(runtime(node)).is_none()
 }
 
+/// Whether `node` runs CRI-O, which dials HTTPS on loopback too: a loopback nodePort served there is not enough.
+pub fn runs_crio(node: &Node) -> bool {
+    runtime(node).starts_with("cri-o://")
+}
+
+/// Why a node's runtime never reads the agent's files, and what to do instead; `None` for containerd and CRI-O.
 pub fn unsupported(runtime: &str) -> Option<String> {
     let (name, _) = runtime.split_once("://").unwrap_or((runtime, ""));
     let instead = match name {
-        "containerd" => return None,
+        "containerd" | "cri-o" => return None,
         "docker" => "add the addresses to dockerd's insecure-registries (minikube: --insecure-registry 10.96.0.0/12)",
-        "cri-o" => "add them as insecure registries in /etc/containers/registries.conf.d",
         _ => "configure its registries by its own means",
     };
-    Some(format!("its runtime is {runtime:?}, which does not read containerd's hosts.toml: {instead}"))
+    Some(format!("its runtime is {runtime:?}, whose registry files the node agent does not write: {instead}"))
 }
 
 fn ready(pod: &Pod) -> bool {
@@ -406,10 +415,11 @@ mod tests {
             said.contains("nodeSelector kubernetes.io/os=linux does not match: the node has kubernetes.io/os=windows"),
             "{said}"
         );
-        let Line::NotCovered(said) = line(&crio, &linux(), None, None, &[]) else {
-            panic!("cri-o is told, not failed")
-        };
-        assert!(said.contains("registries.conf.d"), "{said}");
+        // CRI-O reads the agents' drop-ins: judged by its state as a containerd node is.
+        assert_eq!(
+            line(&crio, &linux(), Some(&running), Some(&configured), &[]),
+            Line::Configured("configured by agent-x".into())
+        );
     }
 
     #[test]
@@ -456,7 +466,7 @@ mod tests {
         let fails = |line: Line| line.fails();
         assert!(!fails(line(&linux_node, &linux(), Some(&running), Some(&configured), &[])));
         assert!(!fails(line(&windows, &linux(), None, None, &[])), "not covered");
-        assert!(!fails(line(&crio, &linux(), None, None, &[])), "another runtime");
+        assert!(fails(line(&crio, &linux(), None, None, &[])), "CRI-O is covered: no agent pod fails");
         assert!(fails(line(&linux_node, &linux(), None, None, &[])), "covered, no agent pod");
         assert!(fails(line(&linux_node, &linux(), Some(&running), Some(&state("uid-x", Verdict::Foreign)), &[])));
     }
@@ -610,11 +620,11 @@ mod tests {
         let plan = NodePlan::of(vec![entry("a:5000"), entry("b:5000"), entry("c:5000")]);
         let state = found(&[
             ("a:5000", Verdict::Configured, None),
-            ("b:5000", Verdict::Foreign, Some("a hosts.toml this agent did not write is there")),
+            ("b:5000", Verdict::Foreign, Some("a file this agent did not write configures it")),
             ("c:5000", Verdict::Failed, Some("read-only file system")),
         ]);
         let said = verdict(&plan, &state).expect_err("two are not configured");
-        assert!(said.starts_with("not configured for b:5000 (foreign: a hosts.toml"), "{said}");
+        assert!(said.starts_with("not configured for b:5000 (foreign: a file"), "{said}");
         assert!(said.contains("c:5000 (failed: read-only file system)"), "{said}");
         let mut clean = found(&[("a:5000", Verdict::Configured, None)]);
         assert_eq!(verdict(&NodePlan::of(vec![entry("a:5000")]), &clean), Ok("configured by agent-x".into()));
@@ -624,7 +634,7 @@ mod tests {
         let said = verdict(&NodePlan::of(vec![entry("a:5000")]), &clean);
         assert_eq!(
             said,
-            Ok("configured by agent-x; /etc/containerd/config.toml sets config_path /etc/containerd/certs.d".into())
+            Ok("configured by agent-x; /etc/containerd/config.toml has it read /etc/containerd/certs.d".into())
         );
         clean.runtime.config_path = None;
         let said = verdict(&NodePlan::of(vec![entry("a:5000")]), &clean);
@@ -781,12 +791,16 @@ mod tests {
         moved.relays[0].target = "10.96.0.99:5000".into();
         let Line::Wrong(said) = judge(&containerd, &moved) else { panic!("a relay to an old target fails") };
         assert!(said.contains("not in what its agent applied yet"), "{said}");
-        let mut silent = serving;
+        let mut silent = serving.clone();
         silent.conditions.truncate(1);
         let Line::Wrong(said) = judge(&containerd, &silent) else { panic!("an agent that does not say fails") };
         assert!(said.contains("older than the controller"), "{said}");
-        // CRI-O speaks HTTPS to loopback too: told what it needs, as without a relay.
+        // CRI-O speaks HTTPS to loopback too: an agent writing no drop-in fails there, with the value to set.
         let crio = node("c1", "cri-o://1.33.0", &[("kubernetes.io/os", "linux")], &[]);
-        assert!(matches!(judge(&crio, &relay_only), Line::NotCovered(said) if said.contains("registries.conf.d")));
+        assert!(matches!(judge(&crio, &relay_only), Line::Wrong(said) if said.contains("nodeAgent.runtime=crio")));
+        assert_eq!(
+            judge(&crio, &serving),
+            Line::Configured("configured by agent-x; relaying registry/registry at 127.0.0.1:5001".into())
+        );
     }
 }

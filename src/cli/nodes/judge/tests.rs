@@ -66,7 +66,7 @@ fn a_kept_document_judges_the_stored_plan_and_an_unreadable_one_is_told_without_
     let published = registry(None);
     let unreadable = Err("configmaps \"lrp-node-plan\" is forbidden".to_string());
     let (section, not_done) = super::section(Some(&published), true, Some(&target), &unreadable, None, None);
-    assert_eq!(section.lines[0], "\n== Node pulls (containerd hosts.toml; docs/node-pulls.md)");
+    assert_eq!(section.lines[0], "\n== Node pulls (the node agent's files; docs/node-pulls.md)");
     assert!(section.lines[1].starts_with("  the published registry has a problem (above), so its last good document"));
     assert_eq!(
         section.lines[2],
@@ -97,10 +97,7 @@ fn an_unusable_ca_bundle_fails_and_a_tls_registry_without_one_is_told_as_pulled_
         told.lines[1].starts_with("  the registry serves TLS: nodes are configured for it only with its CA bundle")
     );
     let (plain, _) = super::section(Some(&published), false, Some(&target), &empty(), None, None);
-    assert_eq!(
-        plain.lines[1],
-        "  no published address needs a hosts.toml: each node's containerd pulls them as they are"
-    );
+    assert_eq!(plain.lines[1], "  no published address needs a node file: each node's runtime pulls them as they are");
     assert!(!plain.wrong);
 }
 
@@ -136,7 +133,7 @@ fn refused_addresses_are_not_done_only_where_agents_write_and_an_unusable_mirror
     assert!(section.lines[1].contains("docker.io"), "{section:?}");
     assert_eq!(
         section.lines.last().map(String::as_str),
-        Some("  no published address needs a hosts.toml: each node's containerd pulls them as they are")
+        Some("  no published address needs a node file: each node's runtime pulls them as they are")
     );
 }
 
@@ -146,7 +143,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     let published = registry(None);
     let found = agents(Ok(&["a", "docker-b"]), true);
     let (section, not_done) = super::section(Some(&published), false, Some(&target), &decided(&[]), Some(&found), None);
-    assert_eq!(section.lines[1], format!("  {ADDRESS} needs a hosts.toml mapping it to {CLUSTER_IP_ENDPOINT}"));
+    assert_eq!(section.lines[1], format!("  {ADDRESS} needs a node file mapping it to {CLUSTER_IP_ENDPOINT}"));
     assert!(
         section.lines[2].starts_with("  what every node pulls is decided in these namespaces, so only cluster admins")
     );
@@ -165,7 +162,7 @@ fn each_planned_address_is_named_then_where_it_is_decided_then_each_node() {
     assert_eq!(
         section.lines[1],
         format!(
-            "  {ADDRESS} is mirrored: a hosts.toml sends its pulls to {CLUSTER_IP_ENDPOINT} first, then to https://registry-1.docker.io"
+            "  {ADDRESS} is mirrored: a node file sends its pulls to {CLUSTER_IP_ENDPOINT} first, then to https://registry-1.docker.io"
         )
     );
 }
@@ -299,7 +296,7 @@ fn a_loopback_address_at_the_registry_pods_host_port_is_not_told_as_needing_a_fi
     let (off, not_done) = super::section(Some(&published), false, None, &decided, None, None);
     let said = text(&off);
     assert!(!off.wrong && not_done.is_empty(), "{said}");
-    assert!(!said.contains("needs a hosts.toml"), "{said}");
+    assert!(!said.contains("needs a node file"), "{said}");
     assert!(said.contains("localhost:5000 is the registry pod's hostPort"), "{said}");
     assert!(
         said.contains("the node agent is off, and nothing needs it on the nodes running the registry's pod"),
@@ -308,5 +305,5 @@ fn a_loopback_address_at_the_registry_pods_host_port_is_not_told_as_needing_a_fi
     // At a nodePort it is kube-proxy's: told as needing the file.
     published.ports.host_port = false;
     let (off, _) = super::section(Some(&published), false, None, &decided, None, None);
-    assert!(text(&off).contains("localhost:5000 needs a hosts.toml"), "{}", text(&off));
+    assert!(text(&off).contains("localhost:5000 needs a node file"), "{}", text(&off));
 }
