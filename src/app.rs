@@ -195,7 +195,7 @@ async fn node_agent(client: Client, agent: &crate::config::NodeAgentArgs) -> Exi
         node_name: agent.node_name.clone(),
         config_path: agent.config_path.clone(),
         resync: agent.resync,
-        containerd_config: agent.containerd_config.clone(),
+        runtime_config: agent.runtime_config.clone(),
         relay: agent.relay.then(|| crate::agent::relay::RelaySettings {
             max_connections: usize::try_from(agent.relay_max_connections).unwrap_or(usize::MAX),
             idle_timeout: agent.relay_idle_timeout,

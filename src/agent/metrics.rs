@@ -45,7 +45,7 @@ impl AgentMetrics {
             self.addresses.clone(),
         );
         registry.register(
-            "local_registry_publisher_node_hosts_files",
+            "local_registry_publisher_node_files",
             "node files (hosts.toml or drop-in, each with its CA file, if any) the agent wrote or removed, by operation",
             self.files.clone(),
         );
@@ -61,10 +61,10 @@ impl AgentMetrics {
             self.watch_restarts.clone(),
         );
         registry.register(
-            "local_registry_publisher_node_containerd_config",
+            "local_registry_publisher_node_runtime_config",
             "1 for what containerd's config file says of the hosts directory: reads (its config_path names it), \
              elsewhere (containerd reads another directory or none: the agent's files go unread), unknown (the \
-             file could not be read or understood), unchecked (nodeAgent.containerdConfig is empty)",
+             file could not be read or understood), unchecked (nodeAgent.runtimeConfig is empty)",
             self.runtime.clone(),
         );
         self.relay.register(&mut registry);
@@ -142,9 +142,9 @@ mod tests {
             "local_registry_publisher_node_addresses{state=\"unread\"} 0",
             "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
             "local_registry_publisher_node_addresses{state=\"failed\"} 1",
-            "local_registry_publisher_node_hosts_files_total{operation=\"write\"} 1",
-            "local_registry_publisher_node_hosts_files_total{operation=\"remove\"} 1",
-            "local_registry_publisher_node_containerd_config{state=\"reads\"} 1",
+            "local_registry_publisher_node_files_total{operation=\"write\"} 1",
+            "local_registry_publisher_node_files_total{operation=\"remove\"} 1",
+            "local_registry_publisher_node_runtime_config{state=\"reads\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
@@ -156,8 +156,8 @@ mod tests {
         let text = crate::metrics::Metrics::encode(&metrics.registry());
         assert!(text.contains("local_registry_publisher_node_addresses{state=\"configured\"} 0"), "{text}");
         assert!(text.contains("local_registry_publisher_node_addresses{state=\"unread\"} 3"), "{text}");
-        assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"), "{text}");
-        assert!(text.contains("local_registry_publisher_node_containerd_config{state=\"reads\"} 0"), "{text}");
+        assert!(text.contains("local_registry_publisher_node_runtime_config{state=\"elsewhere\"} 1"), "{text}");
+        assert!(text.contains("local_registry_publisher_node_runtime_config{state=\"reads\"} 0"), "{text}");
     }
 
     #[test]
@@ -165,8 +165,8 @@ mod tests {
         let text = crate::metrics::Metrics::encode(&AgentMetrics::default().registry());
         for line in [
             "local_registry_publisher_node_addresses{state=\"failed\"} 0",
-            "local_registry_publisher_node_hosts_files_total{operation=\"remove\"} 0",
-            "local_registry_publisher_node_containerd_config{state=\"unchecked\"} 0",
+            "local_registry_publisher_node_files_total{operation=\"remove\"} 0",
+            "local_registry_publisher_node_runtime_config{state=\"unchecked\"} 0",
             "local_registry_publisher_node_plan_watch_restarts_total 0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");

@@ -58,7 +58,7 @@ pub struct AgentSettings {
     pub config_path: Option<String>,
     pub resync: Duration,
     /// containerd's config file, mounted at its path on the node, to check that containerd reads `config_path`.
-    pub containerd_config: Option<PathBuf>,
+    pub runtime_config: Option<PathBuf>,
     /// Serve the plan's relays on the node's loopback (`--relay`); `None`: the agent does not relay.
     pub relay: Option<relay::RelaySettings>,
 }
@@ -91,7 +91,7 @@ pub async fn run(
             let placement = Placement {
                 config_path_mount: mount.clone(),
                 config_path: settings.config_path.clone(),
-                config: settings.containerd_config.clone(),
+                config: settings.runtime_config.clone(),
             };
             let owner = Owner::new(&settings.namespace, &settings.configmap);
             Box::new(Containerd::new(placement, owner, runtime_version.as_deref())?)
@@ -100,7 +100,7 @@ pub async fn run(
             let placement = Placement {
                 config_path_mount: mount.clone(),
                 config_path: settings.config_path.clone(),
-                config: settings.containerd_config.clone(),
+                config: settings.runtime_config.clone(),
             };
             Box::new(Crio::new(placement, Owner::new(&settings.namespace, &settings.configmap))?)
         }

@@ -228,11 +228,11 @@ fn configured(plan: &NodePlan, report: &Report, runtime: &Reading, too_new: Opti
     }
     if !report.failed.is_empty() {
         let failures: Vec<String> = report.failed.iter().map(|(address, why)| format!("{address}: {why}")).collect();
-        troubles.push((ConfiguredReason::HostsFileFailed, format!("node file not written: {}", failures.join("; "))));
+        troubles.push((ConfiguredReason::NodeFileFailed, format!("node file not written: {}", failures.join("; "))));
     }
     if !report.foreign.is_empty() {
         troubles.push((
-            ConfiguredReason::ForeignHostsFile,
+            ConfiguredReason::ForeignNodeFile,
             format!(
                 "{}: a file this agent did not write configures them; it is left as it is, so this node pulls them as \
                  that file says (remove it to let the agent configure the address)",
@@ -253,12 +253,12 @@ fn configured(plan: &NodePlan, report: &Report, runtime: &Reading, too_new: Opti
     match (runtime.check, &runtime.said) {
         (ConfigPathCheck::Unchecked, _) if !plan.hosts.is_empty() => message.push_str(
             " (whether containerd reads them is not checked: the agent was given no containerd config, \
-             nodeAgent.containerdConfig)",
+             nodeAgent.runtimeConfig)",
         ),
         (_, Some(said)) => message.push_str(&format!(" ({said})")),
         _ => {}
     }
-    Configured { configured: true, reason: ConfiguredReason::HostsConfigured, message }
+    Configured { configured: true, reason: ConfiguredReason::NodeFilesConfigured, message }
 }
 
 /// The agent's Events about its node, on its own Pod: each condition, told when it changes.
@@ -354,7 +354,7 @@ mod tests {
         );
         let configured = &derived.configured;
         assert!(!configured.configured);
-        assert_eq!(configured.reason, ConfiguredReason::HostsFileFailed, "failed comes before foreign");
+        assert_eq!(configured.reason, ConfiguredReason::NodeFileFailed, "failed comes before foreign");
         assert_eq!(configured.message.matches("c:5000: read-only file system").count(), 1, "{}", configured.message);
         assert_eq!(configured.message.matches("b:5000: a file").count(), 1, "{}", configured.message);
         let (counts, check) = counts(&derived);
@@ -453,13 +453,13 @@ mod tests {
         let told = notices(&regarding, &derived);
         assert_eq!(told.len(), 1, "no relay, no relay Event");
         let notice = &told[0];
-        assert_eq!((notice.reason(), notice.warning()), ("ForeignHostsFile", true));
+        assert_eq!((notice.reason(), notice.warning()), ("ForeignNodeFile", true));
         assert_eq!(notice.message(), derived.configured.message);
         assert_eq!(notice.regarding().name.as_deref(), Some("agent-x"), "told on the agent's own Pod");
         let settled = notices(&regarding, &derive(&plan, found(&Report::default(), &READS, None)));
         assert_eq!(
             (settled[0].reason(), settled[0].warning()),
-            ("HostsConfigured", false),
+            ("NodeFilesConfigured", false),
             "a configured node is Normal"
         );
     }
@@ -553,7 +553,7 @@ mod tests {
         let told = notices(&ObjectReference::default(), &derive(&relay_plan(), found(&NO_REPORT, &READS, None)));
         assert_eq!(
             told.iter().map(|n| (n.reason(), n.warning())).collect::<Vec<_>>(),
-            [("HostsConfigured", false), ("RelayOff", true)]
+            [("NodeFilesConfigured", false), ("RelayOff", true)]
         );
     }
 

@@ -59,14 +59,8 @@ pub struct NodeAgentArgs {
     /// agent checks that its registry config_path names --config-path, and tells (Event ConfigPathMismatch, metric,
     /// doctor) when containerd reads another directory, where the agent's files would go unread. CRI-O's
     /// (crio.conf, with crio.conf.d beside it): the agent checks that CRI-O reloads its drop-ins by itself.
-    #[arg(
-        long,
-        alias = "runtime-config",
-        env = "LRP_CONTAINERD_CONFIG",
-        value_name = "PATH",
-        requires = "config_path"
-    )]
-    pub containerd_config: Option<std::path::PathBuf>,
+    #[arg(long, env = "LRP_RUNTIME_CONFIG", value_name = "PATH", requires = "config_path")]
+    pub runtime_config: Option<std::path::PathBuf>,
 
     /// containerd's registry config_path as the node sees it (mounted at --config-path-mount): what containerd's
     /// config must name, and what an agent compares with its DaemonSet's as it stops (when the DaemonSet now mounts

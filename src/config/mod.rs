@@ -366,8 +366,7 @@ mod tests {
             ("--config-path-mount=/hosts", "--config-path=/etc/containerd/certs.d"),
             ("--hosts-dir=/hosts", "--node-config-path=/etc/containerd/certs.d"),
         ] {
-            let parsed =
-                parse(&["node-agent", plan, mount, on_node, "--containerd-config=/etc/containerd/config.toml"]);
+            let parsed = parse(&["node-agent", plan, mount, on_node, "--runtime-config=/etc/containerd/config.toml"]);
             let Some(Command::NodeAgent { agent, .. }) = parsed.expect(mount).command else { panic!("node-agent") };
             assert_eq!(agent.config_path_mount.as_deref(), Some(std::path::Path::new("/hosts")), "{mount}");
             assert_eq!(agent.config_path.as_deref(), Some("/etc/containerd/certs.d"), "{on_node}");

@@ -308,7 +308,7 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
             format!("--kube-proxy-configmap={ns}/kube-proxy"),
         ],
         &[
-            format!("--containerd-config={}", containerd.display()),
+            format!("--runtime-config={}", containerd.display()),
             "--config-path=/etc/containerd/certs.d".into(),
             "--resync=1s".into(),
         ],
@@ -337,7 +337,7 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
         &agent,
         &[
             "local_registry_publisher_node_addresses{state=\"foreign\"} 1",
-            "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1",
+            "local_registry_publisher_node_runtime_config{state=\"elsewhere\"} 1",
         ],
     )
     .await;
@@ -346,7 +346,7 @@ async fn the_alerts_expressions_hold_on_what_the_real_controller_and_node_agent_
         "LocalRegistryPublisherAddressRefused",
         "LocalRegistryPublisherLoopbackNodePortUnserved",
         "LocalRegistryPublisherNodeFileProblem",
-        "LocalRegistryPublisherContainerdReadsElsewhere",
+        "LocalRegistryPublisherRuntimeReadsElsewhere",
     ];
     let [(controller_first, controller_second), (agent_first, agent_second)] =
         scrapes_across([&controller, &agent], Step::PassOf(&agent)).await;
@@ -464,7 +464,7 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
             kubeconfig,
             "--node-plan-configmap=plan".into(),
             format!("--config-path-mount={}", dir.join("hosts").display()),
-            format!("--containerd-config={}", dir.join("config.toml").display()),
+            format!("--runtime-config={}", dir.join("config.toml").display()),
             "--config-path=/etc/containerd/certs.d".into(),
             format!("--node-name=alerts-{name}"),
             "--resync=1s".into(),
@@ -485,13 +485,13 @@ async fn the_failure_alerts_hold_on_what_the_real_controller_and_node_agent_expo
     wait_until(SOON, passed).await.unwrap_or_else(|| panic!("no pass after its state was written:\n{}", stuck.logs()));
     proxy.freeze();
     std::fs::write(rules.dir.join("stuck/config.toml"), reads("/etc/elsewhere")).expect("containerd's config");
-    metrics_holding(&stuck, &["local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1"]).await;
+    metrics_holding(&stuck, &["local_registry_publisher_node_runtime_config{state=\"elsewhere\"} 1"]).await;
     let [(healthy_first, healthy_second), (stuck_first, stuck_second)] =
         scrapes_across([&healthy, &stuck], Step::PassOf(&healthy)).await;
     let last_sync = |scrape: &Scrape| scrape.samples().get(LAST_SYNC).copied();
     assert_eq!(last_sync(&stuck_second), last_sync(&stuck_first), "the stuck agent has stopped passing");
     rules.evaluate("healthy", &[("healthy", &healthy_first, &healthy_second)], &[]);
     let agents = [("healthy", &healthy_first, &healthy_second), ("stuck", &stuck_first, &stuck_second)];
-    let firing = ["LocalRegistryPublisherAgentNotPassing", "LocalRegistryPublisherContainerdReadsElsewhere"];
+    let firing = ["LocalRegistryPublisherAgentNotPassing", "LocalRegistryPublisherRuntimeReadsElsewhere"];
     rules.evaluate("stuck", &agents, &firing);
 }

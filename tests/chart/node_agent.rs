@@ -62,13 +62,13 @@ fn the_node_agents_on_crio_write_into_etc_containers_and_read_crios_config() {
         (args, paths)
     };
     let (args, paths) = agent("");
-    for wanted in ["--runtime=crio", "--config-path=/etc/containers", "--containerd-config=/etc/crio/crio.conf"] {
+    for wanted in ["--runtime=crio", "--config-path=/etc/containers", "--runtime-config=/etc/crio/crio.conf"] {
         assert!(args.iter().any(|a| a == wanted), "{wanted} in {args:?}");
     }
     assert_eq!(paths, ["\"/etc/containers\"", "\"/etc/crio\""]);
-    let (args, _) = agent(",nodeAgent.configPath=/etc/alt/containers,nodeAgent.containerdConfig=/etc/alt/crio.conf");
+    let (args, _) = agent(",nodeAgent.configPath=/etc/alt/containers,nodeAgent.runtimeConfig=/etc/alt/crio.conf");
     assert!(args.iter().any(|a| a == "--config-path=/etc/alt/containers"), "{args:?}");
-    assert!(args.iter().any(|a| a == "--containerd-config=/etc/alt/crio.conf"), "{args:?}");
+    assert!(args.iter().any(|a| a == "--runtime-config=/etc/alt/crio.conf"), "{args:?}");
 }
 
 /// Mirrors are the admin's chart value: rendered as the controller's flag, with read access to each mirror's Service

@@ -367,7 +367,7 @@ fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
         };
         let (config_dir, _) = config.rsplit_once('/').unwrap();
         for text in [
-            format!("- \"--containerd-config={config}\""),
+            format!("- \"--runtime-config={config}\""),
             format!("- \"--config-path={config_path}\""),
             format!("mountPath: \"{config_dir}\"\n              readOnly: true"),
             format!("hostPath:\n            path: \"{config_dir}\"\n            type: Directory"),
@@ -420,12 +420,12 @@ fn each_distribution_sets_its_rows_defaults_and_explicit_values_win() {
     let output = tool("helm", &["template", "lrp", &chart(), "--set", "distribution=docker-desktop"]);
     assert!(!output.status.success(), "an unknown distribution is refused");
     // The containerd check can be turned off (nothing more of the node is mounted), and a relative file is refused.
-    let unchecked = render("nodeAgent.enabled=true,nodeAgent.checkContainerdConfig=false");
-    assert!(!unchecked.contains("--containerd-config") && !unchecked.contains("containerd-config"), "{unchecked}");
-    let set = "nodeAgent.enabled=true,nodeAgent.containerdConfig=config.toml";
+    let unchecked = render("nodeAgent.enabled=true,nodeAgent.checkRuntimeConfig=false");
+    assert!(!unchecked.contains("--runtime-config") && !unchecked.contains("containerd-config"), "{unchecked}");
+    let set = "nodeAgent.enabled=true,nodeAgent.runtimeConfig=config.toml";
     let output = tool("helm", &["template", "lrp", &chart(), "--set", set]);
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("nodeAgent.containerdConfig \"config.toml\": must be"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("nodeAgent.runtimeConfig \"config.toml\": must be"));
 }
 
 /// The chart promises what is tested: its kubeVersion floor is the oldest minor `make test` runs the cluster tests on.

@@ -136,7 +136,7 @@ async fn crio_pulls_a_published_cluster_dns_name_through_the_agents_drop_in_relo
     let report =
         support::agent::wait_doctor(plane(), &pull.ns, support::agent::ALL_WELL, |r| r.contains(&configured)).await;
     println!("{report}");
-    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    let reads = "local_registry_publisher_node_runtime_config{state=\"reads\"} 1\n";
     support::agent::wait_pod_metrics_on(&pull.client, &pull.ns, "node-agent", node(), |m| m.contains(reads)).await;
     // Withdrawn (the Service no longer names itself): the drop-in goes and CRI-O resolves the name as it is again.
     apply_in(&pull.client, &pull.ns, registry_service(&pull.ns, json!({}))).await;

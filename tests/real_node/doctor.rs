@@ -180,7 +180,7 @@ async fn doctor_shows_why_a_node_agent_pod_is_not_running_in_the_kubelets_words(
     clusterip_registry(&client, &ns, json!({})).await;
     // containerd's config file named where the node has no such directory: the agent's pod cannot mount it.
     let mut values = isolated_release_values(&ns, &agent_on());
-    values.push(format!("nodeAgent.containerdConfig=/nonexistent-{ns}/config.toml"));
+    values.push(format!("nodeAgent.runtimeConfig=/nonexistent-{ns}/config.toml"));
     let chart = root().join("charts/local-registry-publisher").display().to_string();
     let mut args = vec!["install".to_string(), "agentwhy".into(), chart, "-n".into(), ns.clone()];
     args.extend(values.iter().flat_map(|v| ["--set".to_string(), v.clone()]));

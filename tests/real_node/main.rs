@@ -102,7 +102,7 @@ fn agent_writing_into(dir: &str) -> Vec<String> {
     vec![
         "nodeAgent.enabled=true".into(),
         format!("nodeAgent.configPath={dir}"),
-        format!("nodeAgent.containerdConfig={}", node().containerd_config_on_node()),
+        format!("nodeAgent.runtimeConfig={}", node().runtime_config_on_node()),
         "nodeAgent.resync=2s".into(),
     ]
 }

@@ -99,9 +99,9 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     // The agent's own metrics say the same (its readiness probe, on the same port, let helm --wait return).
     let configured = "local_registry_publisher_node_addresses{state=\"configured\"} 1\n";
     let metrics = wait_agent_metrics(&pull.client, &pull.ns, |text| text.contains(configured)).await;
-    assert!(metrics.contains("local_registry_publisher_node_hosts_files_total{operation=\"write\"}"), "{metrics}");
+    assert!(metrics.contains("local_registry_publisher_node_files_total{operation=\"write\"}"), "{metrics}");
     assert!(metrics.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{metrics}");
-    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    let reads = "local_registry_publisher_node_runtime_config{state=\"reads\"} 1\n";
     assert!(metrics.contains(reads), "containerd's config names the agent's directory: {metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
@@ -315,7 +315,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     let image = format!("{address}/configpath/app:1");
     apply_in(&client, &ns, app_pod("unread", &image)).await;
     wait_waiting(&client, &ns, "unread", "server gave HTTP response to HTTPS client").await;
-    let mismatch = "local_registry_publisher_node_containerd_config{state=\"elsewhere\"} 1\n";
+    let mismatch = "local_registry_publisher_node_runtime_config{state=\"elsewhere\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(mismatch)).await;
     // A node verdict decides the exit status, with the node section named as what is wrong.
     let report = wait_doctor(&ns, SOMETHING_WRONG, |report| report.contains("ConfigPathMismatch: ")).await;
@@ -346,7 +346,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     assert!(!elsewhere.join(&address).exists(), "the file in the old configPath was left behind");
     apply_in(&client, &ns, app_pod("read", &image)).await;
     wait_phase(&client, &ns, "read", &["Running"]).await;
-    let reads = "local_registry_publisher_node_containerd_config{state=\"reads\"} 1\n";
+    let reads = "local_registry_publisher_node_runtime_config{state=\"reads\"} 1\n";
     wait_agent_metrics(&client, &ns, |text| text.contains(reads)).await;
     let waited = wait_configured(&ns, "60s");
     assert!(waited.status.success(), "kubectl wait: {}", String::from_utf8_lossy(&waited.stderr));

@@ -45,7 +45,7 @@ pub fn values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
         "registry.builtin=false".into(),
         "nodeAgent.enabled=true".into(),
         format!("nodeAgent.configPath={}", node.config_path_on_node()),
-        format!("nodeAgent.containerdConfig={}", node.containerd_config_on_node()),
+        format!("nodeAgent.runtimeConfig={}", node.runtime_config_on_node()),
         format!("nodeAgent.resync={RESYNC_SECONDS}s"),
     ];
     values.extend(extra.iter().map(|v| v.to_string()));

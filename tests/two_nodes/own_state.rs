@@ -74,7 +74,7 @@ async fn one_nodes_agent_cannot_write_another_nodes_state_and_a_forged_state_is_
     let theirs = Api::<NodePullState>::namespaced(as_first, &ns);
     let forged = |message: &str| {
         json!({"apiVersion": "local-registry-publisher.io/v1alpha1", "kind": "NodePullState",
-            "status": {"conditions": [{"type": "Configured", "status": "True", "reason": "HostsConfigured",
+            "status": {"conditions": [{"type": "Configured", "status": "True", "reason": "NodeFilesConfigured",
                 "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
     };
     let params = PatchParams::apply("forger").force();

@@ -93,7 +93,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- /*
 The distribution's defaults (values.yaml `distribution`; README "Per cluster"), filled into the values a user left
-empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, nodeAgent.containerdConfig,
+empty: registry.nodeAddress, configMap.takeOver, nodeAgent.configPath, nodeAgent.runtimeConfig,
 registry.helpUrl. For kind and k3d the registry is a container beside the cluster: the chart describes it with an
 ExternalName Service in the release namespace (templates/registry-container.yaml), which this release then allows
 to name the registry. Every template
@@ -105,25 +105,25 @@ matter.
 {{- $config := "/etc/containerd/config.toml" -}}
 {{- $k3s := "/var/lib/rancher/k3s/agent/etc/containerd" -}}
 {{- $presets := dict
-  "plain" (dict "nodeAddress" "localhost" "takeOver" false "configPath" $containerd "containerdConfig" $config
+  "plain" (dict "nodeAddress" "localhost" "takeOver" false "configPath" $containerd "runtimeConfig" $config
     "helpUrl" "")
-  "kind" (dict "nodeAddress" "localhost" "takeOver" true "configPath" $containerd "containerdConfig" $config
+  "kind" (dict "nodeAddress" "localhost" "takeOver" true "configPath" $containerd "runtimeConfig" $config
     "helpUrl" "https://kind.sigs.k8s.io/docs/user/local-registry/" "container" "kind-registry" "hostPort" 5001)
   "k3d" (dict "nodeAddress" "localhost" "takeOver" true "configPath" (printf "%s/certs.d" $k3s)
-    "containerdConfig" (printf "%s/config.toml" $k3s)
+    "runtimeConfig" (printf "%s/config.toml" $k3s)
     "helpUrl" "https://k3d.io/stable/usage/registries/" "container" "k3d-registry" "hostPort" 5111)
-  "minikube" (dict "nodeAddress" "internal-ip" "takeOver" false "configPath" $containerd "containerdConfig" $config
+  "minikube" (dict "nodeAddress" "internal-ip" "takeOver" false "configPath" $containerd "runtimeConfig" $config
     "helpUrl" "")
   "microk8s" (dict "nodeAddress" "localhost" "takeOver" true "configPath" "/var/snap/microk8s/current/args/certs.d"
-    "containerdConfig" "/var/snap/microk8s/current/args/containerd.toml" "helpUrl" "")
+    "runtimeConfig" "/var/snap/microk8s/current/args/containerd.toml" "helpUrl" "")
 -}}
 {{- $preset := get $presets .Values.distribution -}}
 {{- if not .Values.registry.nodeAddress }}{{ $_ := set .Values.registry "nodeAddress" $preset.nodeAddress }}{{ end -}}
 {{- if kindIs "invalid" .Values.configMap.takeOver }}{{ $_ := set .Values.configMap "takeOver" $preset.takeOver }}{{ end -}}
 {{- /* CRI-O reads /etc/containers (registries.conf.d, certs.d) and /etc/crio/crio.conf on every distribution. */ -}}
-{{- if eq .Values.nodeAgent.runtime "crio" }}{{ $preset = merge (dict "configPath" "/etc/containers" "containerdConfig" "/etc/crio/crio.conf") $preset }}{{ end -}}
+{{- if eq .Values.nodeAgent.runtime "crio" }}{{ $preset = merge (dict "configPath" "/etc/containers" "runtimeConfig" "/etc/crio/crio.conf") $preset }}{{ end -}}
 {{- if not .Values.nodeAgent.configPath }}{{ $_ := set .Values.nodeAgent "configPath" $preset.configPath }}{{ end -}}
-{{- if not .Values.nodeAgent.containerdConfig }}{{ $_ := set .Values.nodeAgent "containerdConfig" $preset.containerdConfig }}{{ end -}}
+{{- if not .Values.nodeAgent.runtimeConfig }}{{ $_ := set .Values.nodeAgent "runtimeConfig" $preset.runtimeConfig }}{{ end -}}
 {{- if not .Values.registry.helpUrl }}{{ $_ := set .Values.registry "helpUrl" $preset.helpUrl }}{{ end -}}
 {{- with $preset.container }}
 {{- $container := $.Values.registryContainer -}}

@@ -20,7 +20,7 @@ fn found(resource_version: &str) -> NodeState {
 fn configured() -> &'static Configured {
     static CONFIGURED: std::sync::LazyLock<Configured> = std::sync::LazyLock::new(|| Configured {
         configured: true,
-        reason: ConfiguredReason::HostsConfigured,
+        reason: ConfiguredReason::NodeFilesConfigured,
         message: "every address".into(),
     });
     &CONFIGURED
@@ -47,7 +47,7 @@ async fn it_applies_the_state_once_and_makes_no_request_while_nothing_changed() 
     assert_eq!(sent["metadata"], json!({"name": "node-a", "namespace": "agents"}), "no owner without a DaemonSet");
     assert_eq!(sent["status"]["node"], "node-a");
     assert_eq!(sent["status"]["conditions"][0]["type"], "Configured");
-    assert_eq!(sent["status"]["conditions"][0]["reason"], "HostsConfigured");
+    assert_eq!(sent["status"]["conditions"][0]["reason"], "NodeFilesConfigured");
     assert!(sent["status"]["changed"].as_str().is_some_and(|t| t.ends_with('Z')), "{sent}");
 
     let again = without_requests(writer.keep(found("1"), configured(), None)).await;

@@ -450,7 +450,7 @@ mod tests {
             Line::Wrong("PlanPending (agent agent-x): in its words".into())
         );
         // Any other reason is judged again against the plan in force.
-        let foreign = saying(ConfiguredReason::ForeignHostsFile, Verdict::Configured);
+        let foreign = saying(ConfiguredReason::ForeignNodeFile, Verdict::Configured);
         assert_eq!(
             line(&linux_node, &linux(), Some(&running), Some(&foreign), &[]),
             Line::Configured("configured by agent-x".into())
@@ -737,7 +737,7 @@ mod tests {
         use crate::node::api::state::{Configured, ConfiguredReason, Relay, RelayReason, RelayServing};
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let configured =
-            if writes_files { ConfiguredReason::HostsConfigured } else { ConfiguredReason::RuntimeNotConfigured };
+            if writes_files { ConfiguredReason::NodeFilesConfigured } else { ConfiguredReason::RuntimeNotConfigured };
         let configured = Configured { configured: true, reason: configured, message: "m".into() };
         let reason = [RelayReason::RelayServing, RelayReason::RelayPortTaken, RelayReason::RelayOff]
             .into_iter()

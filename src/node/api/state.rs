@@ -62,10 +62,10 @@ pub struct NodeState {
     pub resync_seconds: u64,
     /// When the agent last found something different (RFC 3339, in seconds): written only then.
     pub changed: String,
-    /// `Configured`: True when every planned address is configured and read by the node's runtime (HostsConfigured,
+    /// `Configured`: True when every planned address is configured and read by the node's runtime (NodeFilesConfigured,
     /// or RuntimeNotConfigured where the agent writes none), else False with the first trouble as its reason
     /// (PlanPending: the controller has not written this release's plan yet; PlanTooNew, ConfigPathMismatch,
-    /// HostsFileFailed, ForeignHostsFile)
+    /// NodeFileFailed, ForeignNodeFile)
     /// and every trouble in its message. `RelayServing` (when the agent relays or the plan asks it to): True when
     /// every planned relay listens on the node's loopback (RelayServing, NothingToRelay), else False (RelayOff,
     /// RelayPortTaken, RelayListenFailed).
@@ -236,7 +236,7 @@ impl Verdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ConfiguredReason {
     /// Every planned address is configured (or none needs a file).
-    HostsConfigured,
+    NodeFilesConfigured,
     /// The agent writes no runtime configuration (`--runtime=none`): it only relays.
     RuntimeNotConfigured,
     /// The node plan is not yet the one this release's controller writes: the chart's empty ConfigMap, or a plan
@@ -247,21 +247,21 @@ pub enum ConfiguredReason {
     /// The node's runtime reads another directory than the one the agent writes into.
     ConfigPathMismatch,
     /// A planned address whose file could not be written or removed.
-    HostsFileFailed,
+    NodeFileFailed,
     /// A planned address whose directory holds a file the agent did not write: left alone.
-    ForeignHostsFile,
+    ForeignNodeFile,
 }
 
 impl ConfiguredReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            ConfiguredReason::HostsConfigured => "HostsConfigured",
+            ConfiguredReason::NodeFilesConfigured => "NodeFilesConfigured",
             ConfiguredReason::RuntimeNotConfigured => "RuntimeNotConfigured",
             ConfiguredReason::PlanPending => "PlanPending",
             ConfiguredReason::PlanTooNew => "PlanTooNew",
             ConfiguredReason::ConfigPathMismatch => "ConfigPathMismatch",
-            ConfiguredReason::HostsFileFailed => "HostsFileFailed",
-            ConfiguredReason::ForeignHostsFile => "ForeignHostsFile",
+            ConfiguredReason::NodeFileFailed => "NodeFileFailed",
+            ConfiguredReason::ForeignNodeFile => "ForeignNodeFile",
         }
     }
 }
@@ -495,14 +495,15 @@ mod tests {
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).expect("a time"));
         let trouble = Configured {
             configured: false,
-            reason: ConfiguredReason::ForeignHostsFile,
+            reason: ConfiguredReason::ForeignNodeFile,
             message: "a:1: someone else's".into(),
         };
         let before = trouble.condition(None, then.clone());
-        assert_eq!((before.status.as_str(), before.reason.as_str()), ("False", "ForeignHostsFile"));
-        let other = Configured { reason: ConfiguredReason::HostsFileFailed, ..trouble.clone() };
+        assert_eq!((before.status.as_str(), before.reason.as_str()), ("False", "ForeignNodeFile"));
+        let other = Configured { reason: ConfiguredReason::NodeFileFailed, ..trouble.clone() };
         assert_eq!(other.condition(Some(&before), now.clone()).last_transition_time, then, "still False");
-        let fixed = Configured { configured: true, reason: ConfiguredReason::HostsConfigured, message: "ok".into() };
+        let fixed =
+            Configured { configured: true, reason: ConfiguredReason::NodeFilesConfigured, message: "ok".into() };
         let after = fixed.condition(Some(&before), now.clone());
         assert_eq!((after.status.as_str(), after.last_transition_time.clone()), ("True", now));
         // What `kubectl wait --for=condition=Configured` reads, found by its type among others.

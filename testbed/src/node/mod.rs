@@ -348,8 +348,8 @@ impl RealNode {
         }
     }
 
-    /// The runtime's config file as the node sees it, the same path on every node (`nodeAgent.containerdConfig`).
-    pub fn containerd_config_on_node(&self) -> String {
+    /// The runtime's config file as the node sees it, the same path on every node (`nodeAgent.runtimeConfig`).
+    pub fn runtime_config_on_node(&self) -> String {
         match self.runtime {
             Runtime::Containerd => config::Paths::on_node("containerd.toml"),
             Runtime::Crio => config::Paths::on_node("crio.conf"),

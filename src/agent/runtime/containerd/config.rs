@@ -1,7 +1,7 @@
 //! Whether this node's containerd reads the directory the agent writes into. containerd takes its registry hosts
 //! from the `config_path` in its config file, read once at its start; an agent writing anywhere else writes files
 //! nobody reads, and the node looks configured while every pull of a planned address fails. The agent reads the
-//! config file from the node (chart value `nodeAgent.containerdConfig`) and compares.
+//! config file from the node (chart value `nodeAgent.runtimeConfig`) and compares.
 
 use crate::agent::runtime::Reading;
 use crate::node::api::state::ConfigPathCheck;
