@@ -46,6 +46,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_is_dangerous_is_what_safe_escapes() {
+        for c in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}', '\u{2028}', '\u{e0001}'] {
+            assert!(is_dangerous(c), "U+{:04X}", u32::from(c));
+        }
+        for c in ['a', ' ', '—', 'ü'] {
+            assert!(!is_dangerous(c), "{c}");
+        }
+    }
+
+    #[test]
     fn escape_sequences_and_invisible_reordering_are_shown_not_obeyed() {
         let forged = "\u{1b}]52;c;cGF5bG9hZA==\u{7}\u{1b}]0;title\u{7}\u{1b}[2J\u{1b}[HPUBLISHED OK\r\u{9b}31m";
         let shown = safe(forged);
