@@ -134,7 +134,7 @@ fuzz:
 ## caught, missed, timeouts, unviable, the score per module, why each missed mutant is left) is kept in
 ## docs/mutants/<part>.md, every mutant's name and outcome in docs/mutants/<part>.outcomes.txt. About two hours for
 ## all on 2 cores, testing two mutants at once (MUTANTS_JOBS), so not part of `make test` or CI.
-MUTANTS_PART ?= core registry node agent pull cli shell
+MUTANTS_PART ?= core registry node agent crio pull cli shell
 MUTANTS_JOBS ?= 2
 mutants:
 	MUTANTS_JOBS=$(MUTANTS_JOBS) hack/mutants.sh $(MUTANTS_PART)

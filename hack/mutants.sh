@@ -3,7 +3,7 @@
 # each part's summary in docs/mutants/<part>.md (the commit it was measured on, caught / missed / unviable /
 # timeouts, the score per module, every missed mutant) and its mutants by name in docs/mutants/<part>.outcomes.txt.
 #
-#   hack/mutants.sh [PART ...]     parts: core registry node agent pull cli shell (default: all seven, in one run)
+#   hack/mutants.sh [PART ...]     parts: core registry node agent crio pull cli shell (default: all eight, in one run)
 #   MUTANTS_JOBS=2 hack/mutants.sh  builds and tests two mutants at once (each in its own copy of the tree)
 #   MUTANTS_SUMMARISE_ONLY=1 [MUTANTS_RUN=<parts+...>] hack/mutants.sh [PART ...]
 #                                   writes the summaries of the last run of those parts (or of the run named) again,
@@ -23,10 +23,11 @@ files_of() {
     registry) echo "src/registry/*.rs" ;;
     node) echo "src/node/*.rs src/node/api/*.rs src/kube_proxy/*.rs" ;;
     agent) echo "src/agent/state.rs src/agent/runtime/containerd/*.rs" ;;
+    crio) echo "src/agent/runtime/crio/*.rs" ;;
     pull) echo "src/pull/*.rs" ;;
     cli) echo "src/cli/doctor/judge.rs src/cli/nodes/judge.rs src/cli/nodes/verdict.rs src/cli/nodes/proxy.rs src/cli/readers.rs src/cli/controllers/mod.rs" ;;
     shell) echo "src/escape.rs src/health.rs src/selector.rs src/config/mod.rs src/cli/mod.rs src/events.rs src/agent/mod.rs src/metrics_auth.rs" ;;
-    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, pull, cli, shell)" >&2; return 2 ;;
+    *) echo "hack/mutants.sh: unknown part '$1' (core, registry, node, agent, crio, pull, cli, shell)" >&2; return 2 ;;
   esac
 }
 
@@ -124,7 +125,7 @@ summarise() {
 
 main() {
   local parts=("$@") part args=() commit run status=0 names=""
-  [ ${#parts[@]} -gt 0 ] || parts=(core registry node agent pull cli shell)
+  [ ${#parts[@]} -gt 0 ] || parts=(core registry node agent crio pull cli shell)
   for part in "${parts[@]}"; do
     files_of "$part" >/dev/null
     for f in $(files_of "$part"); do args+=(--file "$f"); done
