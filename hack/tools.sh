@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, runc, CNI plugins,
+# Builds the pinned Go tools (Kubernetes control plane and node, etcd, kwok, helm, containerd, CRI-O, runc, CNI plugins,
 # crane and the tests' authenticating registry, CoreDNS, actionlint, krew, syft, promtool, kube-router) into a cache
 # outside the work tree, after installing the Debian packages they need.
 #
