@@ -202,3 +202,55 @@ fn replace(path: &Path, text: &str) -> io::Result<()> {
     std::fs::write(&temporary, text)?;
     std::fs::rename(&temporary, path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("lrp-crio-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(DROP_IN_DIR)).expect("a scratch directory");
+        dir
+    }
+
+    fn tls_entry() -> HostEntry {
+        HostEntry {
+            address: "registry.ns.svc.cluster.local:5000".into(),
+            endpoint: "https://10.96.0.13:5000".parse().unwrap(),
+            ca: Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into()),
+            server: None,
+        }
+    }
+
+    #[test]
+    fn a_ca_file_of_someone_elses_at_our_name_is_kept_and_the_address_fails() {
+        let dir = scratch("ca");
+        let owner = Owner::new("lrp", "lrp-node-plan");
+        let entry = tls_entry();
+        let path = dir.join(CERTS_DIR).join(ca_path(&entry).expect("a CA path"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "theirs\n").unwrap();
+        let report = sync(&dir, &NodePlan::of(vec![entry.clone()]), &owner).expect("a pass");
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        assert!(report.failed[0].1.contains("this agent did not write"), "{report:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "theirs\n");
+        assert!(!dir.join(DROP_IN_DIR).join(drop_in_name(&entry.address)).exists(), "no drop-in without its CA");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_files_named_and_marked_as_ours_are_ours_to_remove() {
+        let dir = scratch("names");
+        let owner = Owner::new("lrp", "lrp-node-plan");
+        // A copy of one of ours under another name (an admin's), and a file of our name that is not a drop-in.
+        let ours = owner.mark("[[registry]]\nprefix = \"copy:5000\"\nlocation = \"10.96.0.1:5000\"\n");
+        std::fs::write(dir.join(DROP_IN_DIR).join("50-copy.conf"), &ours).unwrap();
+        std::fs::write(dir.join(DROP_IN_DIR).join(format!("{OURS}notes.txt")), &ours).unwrap();
+        let report = sync(&dir, &NodePlan::default(), &owner).expect("a pass");
+        assert!(report.removed.is_empty(), "{report:?}");
+        assert!(dir.join(DROP_IN_DIR).join("50-copy.conf").exists());
+        assert!(dir.join(DROP_IN_DIR).join(format!("{OURS}notes.txt")).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -145,6 +145,49 @@ mod tests {
     }
 
     #[test]
+    fn the_check_reads_crio_conf_then_its_conf_d_drop_ins_in_order_and_says_what_to_set() {
+        let scratch = std::env::temp_dir().join(format!("lrp-crio-check-{}", std::process::id()));
+        let (containers, etc) = (scratch.join("containers"), scratch.join("crio"));
+        std::fs::create_dir_all(&containers).unwrap();
+        std::fs::create_dir_all(etc.join("crio.conf.d")).unwrap();
+        let file = etc.join("crio.conf");
+        let crio = |config: Option<PathBuf>| {
+            let placement = Placement {
+                config_path_mount: containers.clone(),
+                config_path: Some("/etc/containers".into()),
+                config,
+            };
+            Crio::new(placement, Owner::new("lrp", "lrp-node-plan")).expect("a runtime")
+        };
+        let check = || crio(Some(file.clone())).check();
+        std::fs::write(&file, "[crio.image]\nauto_reload_registries = true\n").unwrap();
+        let reads = check();
+        assert_eq!((reads.check, reads.said.as_deref()), (ConfigPathCheck::Reads, None));
+        assert_eq!(reads.config_path.as_deref(), Some("/etc/containers/registries.conf.d"));
+        assert_eq!(reads.config_file, Some(file.display().to_string()));
+        // A drop-in turning it off wins; one not named *.conf is not read.
+        std::fs::write(etc.join("crio.conf.d/10-off.conf"), "[crio.image]\nauto_reload_registries = false\n").unwrap();
+        std::fs::write(etc.join("crio.conf.d/20-on.conf.disabled"), "[crio.image]\nauto_reload_registries = true\n")
+            .unwrap();
+        let off = check();
+        assert_eq!(off.check, ConfigPathCheck::Elsewhere);
+        assert!(off.said.as_deref().is_some_and(|s| s.contains("auto_reload_registries = true")), "{off:?}");
+        std::fs::write(etc.join("crio.conf.d/30-on.conf"), "[crio.image]\nauto_reload_registries = true\n").unwrap();
+        assert_eq!(check().check, ConfigPathCheck::Reads, "a later drop-in turns it on again");
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(check().check, ConfigPathCheck::Unknown, "no crio.conf");
+        assert_eq!(crio(None).check(), Reading::UNCHECKED);
+        assert!(
+            Crio::new(
+                Placement { config_path_mount: scratch.join("absent"), config_path: None, config: None },
+                Owner::new("lrp", "lrp-node-plan")
+            )
+            .is_err()
+        );
+        std::fs::remove_dir_all(&scratch).unwrap();
+    }
+
+    #[test]
     fn the_reload_setting_is_read_as_crio_reads_it_with_a_later_drop_in_winning() {
         let on = "[crio.image]\nauto_reload_registries = true\n";
         let off = "[crio.image]\nauto_reload_registries = false\n";
