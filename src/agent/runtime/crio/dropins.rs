@@ -240,6 +240,27 @@ mod tests {
     }
 
     #[test]
+    fn a_withdrawn_tls_address_takes_its_ca_and_the_emptied_directory_with_it_and_leaves_others_files() {
+        let dir = scratch("withdrawn");
+        let owner = Owner::new("lrp", "lrp-node-plan");
+        let (entry, mut other) = (tls_entry(), tls_entry());
+        other.endpoint = "https://10.96.0.14:5000".parse().unwrap();
+        other.address = "other.ns.svc.cluster.local:5000".into();
+        let ca = dir.join(CERTS_DIR).join(ca_path(&entry).unwrap());
+        let other_ca = dir.join(CERTS_DIR).join(ca_path(&other).unwrap());
+        sync(&dir, &NodePlan::of(vec![entry.clone(), other.clone()]), &owner).expect("a pass");
+        assert!(ca.exists() && other_ca.exists());
+        // Someone else's CA beside the other one keeps its directory.
+        std::fs::write(other_ca.with_file_name("admin.crt"), "theirs\n").unwrap();
+        let report = sync(&dir, &NodePlan::default(), &owner).expect("a pass");
+        assert_eq!(report.removed.len(), 2, "{report:?}");
+        assert!(!ca.exists() && !ca.parent().unwrap().exists(), "the CA and its emptied directory go");
+        assert!(!other_ca.exists(), "ours goes");
+        assert!(other_ca.with_file_name("admin.crt").exists(), "theirs stays, and its directory");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn only_files_named_and_marked_as_ours_are_ours_to_remove() {
         let dir = scratch("names");
         let owner = Owner::new("lrp", "lrp-node-plan");
