@@ -102,6 +102,15 @@ fn crio_pid() -> u32 {
     pid
 }
 
+/// An admin client, with the controller's and crane's images on the node; the crane image's.
+async fn client_and_images() -> (Client, &'static xtask::image::Image) {
+    let client = plane().client().await.expect("admin client");
+    node().import(&support::controller_image()).expect("import the controller image");
+    let crane = support::agent::crane_image(plane());
+    node().import(crane).expect("import the crane image");
+    (client, crane)
+}
+
 /// The agent's drop-in for `address` on the node, if there.
 fn drop_in(address: &str) -> Option<String> {
     std::fs::read_to_string(drop_in_path(address)).ok()
@@ -317,10 +326,7 @@ async fn a_relayed_registry_is_pulled_from_the_nodes_loopback_through_the_agents
 #[tokio::test]
 async fn a_tls_registry_with_a_private_ca_is_pulled_with_its_ca_under_certs_d_and_both_go_with_the_release() {
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    node().import(&support::controller_image()).expect("import the controller image");
-    let crane = support::agent::crane_image(plane);
-    node().import(crane).expect("import the crane image");
+    let (client, crane) = client_and_images().await;
     let ns = plane.namespace(&client, "criotls").await.expect("namespace");
     let name = format!("registry.{ns}.svc.cluster.local");
     let address = format!("{name}:5000");
@@ -382,10 +388,7 @@ async fn a_tls_registry_with_a_private_ca_is_pulled_with_its_ca_under_certs_d_an
 async fn a_token_registry_is_pulled_with_the_pods_pull_secret_through_the_relay_not_through_a_redirect() {
     const RELAY_PORT: u16 = 5302;
     let plane = plane();
-    let client = plane.client().await.expect("admin client");
-    node().import(&support::controller_image()).expect("import the controller image");
-    let crane = support::agent::crane_image(plane);
-    node().import(crane).expect("import the crane image");
+    let (client, crane) = client_and_images().await;
     let ns = plane.namespace(&client, "criotoken").await.expect("namespace");
     let name = format!("registry.{ns}.svc.cluster.local:5000");
     let relayed = format!("localhost:{RELAY_PORT}");

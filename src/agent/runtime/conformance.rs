@@ -204,15 +204,8 @@ impl Fixture for CrioFiles {
     }
 
     fn reads(&self, dir: &Path, address: &str) -> Option<Read> {
-        use super::crio::dropins::{CERTS_DIR, DROP_IN_DIR, MAIN_FILE};
-        let mut files = vec![(MAIN_FILE.to_string(), std::fs::read_to_string(dir.join(MAIN_FILE)).unwrap_or_default())];
-        let mut names: Vec<String> = std::fs::read_dir(dir.join(DROP_IN_DIR))
-            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        names.sort();
-        for name in names.into_iter().filter(|name| name.ends_with(".conf")) {
-            files.push((name.clone(), std::fs::read_to_string(dir.join(DROP_IN_DIR).join(name)).expect("a drop-in")));
-        }
+        use super::crio::dropins::{CERTS_DIR, registry_files};
+        let files = registry_files(dir);
         let merged = super::crio::registries::Merged::of(files.iter().map(|(n, t)| (n.as_str(), t.as_str())))
             .expect("CRI-O parses every file");
         let (registry, _) = merged.get(address)?;

@@ -117,20 +117,25 @@ pub fn sync(dir: &Path, plan: &NodePlan, owner: &Owner) -> io::Result<Report> {
     Ok(report)
 }
 
-/// The registries every file but ours sets, merged as CRI-O merges them.
-fn others(dir: &Path, owner: &Owner) -> Result<Merged, (String, String)> {
+/// The files CRI-O reads registries from, in its order: `registries.conf`, then each `*.conf` drop-in by name; each
+/// as (name, text), unreadable ones left out.
+pub fn registry_files(dir: &Path) -> Vec<(String, String)> {
     let mut files = vec![(MAIN_FILE.to_string(), std::fs::read_to_string(dir.join(MAIN_FILE)).unwrap_or_default())];
     let mut names: Vec<String> = std::fs::read_dir(dir.join(DROP_IN_DIR))
         .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     names.sort();
     for name in names.into_iter().filter(|name| name.ends_with(".conf")) {
-        let path = dir.join(DROP_IN_DIR).join(&name);
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        if !owner.marks(&text) {
+        if let Ok(text) = std::fs::read_to_string(dir.join(DROP_IN_DIR).join(&name)) {
             files.push((format!("{DROP_IN_DIR}/{name}"), text));
         }
     }
+    files
+}
+
+/// The registries every file but ours sets, merged as CRI-O merges them.
+fn others(dir: &Path, owner: &Owner) -> Result<Merged, (String, String)> {
+    let files: Vec<(String, String)> = registry_files(dir).into_iter().filter(|(_, text)| !owner.marks(text)).collect();
     Merged::of(files.iter().map(|(name, text)| (name.as_str(), text.as_str())))
 }
 
