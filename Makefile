@@ -40,6 +40,16 @@ PROXY_RERUN := nftables
 # localhost:<nodePort>, which nftables mode refuses, as tools_on_the_node_push proves in both modes.
 PROXY_TESTS := $(NODE_AGENT_TESTS) tools_on_the_node_push minikubes_hostport_registry the_chart_runs_hardened \
 	helm_upgrade_of_a_single_replica helm_uninstall_stops with_withdraw_on_uninstall_off
+# The node agent's real-node tests that hold for any runtime, run again on a CRI-O node (LRP_NODE_RUNTIME=crio)
+# after the CRI-O node's own (crio_node). Not rerun there, each for a reason of CRI-O's: the loopback nodePort's
+# tests (CRI-O dials HTTPS to a loopback nodePort, crio_node proves the drop-in's way; and CRI-O 1.36 takes no IPv6
+# literal in an image name: "parse image name: invalid reference format"), containerd's config_path and
+# containerd_config's (CRI-O's check is its auto-reload, in crio_node), the mirrors' and the TLS registry's with
+# the agent on (they read containerd's file and log; crio_node has CRI-O's), and the two-node tests (one CRI-O node).
+CRIO_RERUN_TESTS := --test real_node -- --test-threads=8 without_the_node_agent \
+	the_node_agent_maps_a_published_cluster_dns_name the_node_agents_file_follows the_node_agent_leaves_a_foreign_file \
+	the_node_agent_removes_the_file the_node_agent_turned_off the_node_agent_makes_a_kind_shaped_host \
+	a_pull_keeps_working doctor_reads_each_nodes doctor_shows_why
 CONTAINERD_WINDOW := 1.7 2.2 2.3 2.4
 test: image
 	@main=$$(hack/tools.sh main) || exit 1; \
@@ -58,6 +68,8 @@ test: image
 	  done ) >target/window-kubernetes.log 2>&1 & kubernetes=$$!; \
 	( echo "[test] the CRI-O node's tests"; \
 	  $(CARGO) test --no-fail-fast --test crio_node || exit 1; \
+	  echo "[test] the node agent's real-node tests on a CRI-O node"; \
+	  LRP_NODE_RUNTIME=crio $(CARGO) test --no-fail-fast $(CRIO_RERUN_TESTS) || exit 1; \
 	  for release in $(CONTAINERD_RERUN); do \
 	    echo "[test] the node agent's real-node tests on containerd $$release"; \
 	    LRP_CONTAINERD=$$release $(CARGO) test --no-fail-fast $(NODE_AGENT_TESTS) || exit 1; \

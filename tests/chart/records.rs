@@ -3,28 +3,38 @@
 use super::*;
 
 /// `make test` runs the node agent's real-node tests again on the containerd window's other end, choosing them by the
-/// filters in NODE_AGENT_TESTS, and those with the loopback pushes' tests (PROXY_TESTS) in kube-proxy's other mode.
-/// A filter matches by substring, so a renamed test would silently leave that run: each filter must name at least
-/// one test of the binaries it is given.
+/// filters in NODE_AGENT_TESTS, those with the loopback pushes' tests (PROXY_TESTS) in kube-proxy's other mode, and
+/// those that hold for any runtime (CRIO_RERUN_TESTS) on a CRI-O node. A filter matches by substring, so a renamed
+/// test would silently leave that run: each filter must name at least one test of the binaries it is given.
 #[test]
-fn each_test_the_containerd_and_proxy_reruns_name_exists() {
+fn each_test_the_containerd_proxy_and_crio_reruns_name_exists() {
     let makefile = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
     let joined = makefile.replace("\\\n", " ");
-    let proxy_tests = joined.lines().find_map(|l| l.strip_prefix("PROXY_TESTS := ")).expect("PROXY_TESTS");
+    let variable = |name: &str| -> String {
+        let prefix = format!("{name} := ");
+        joined.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or_else(|| panic!("no {name}")).into()
+    };
+    let proxy_tests = variable("PROXY_TESTS");
     let added = proxy_tests.strip_prefix("$(NODE_AGENT_TESTS) ").expect("PROXY_TESTS extends NODE_AGENT_TESTS");
-    let line = joined.lines().find_map(|l| l.strip_prefix("NODE_AGENT_TESTS := ")).expect("NODE_AGENT_TESTS");
-    let line = format!("{line} {added}");
+    let node_agent_tests = variable("NODE_AGENT_TESTS");
+    filters_name_tests("NODE_AGENT_TESTS or PROXY_TESTS", &format!("{node_agent_tests} {added}"));
+    filters_name_tests("CRIO_RERUN_TESTS", &variable("CRIO_RERUN_TESTS"));
+}
+
+/// Each filter of `line` (`--test <binary>`..., ` -- `, the test harness's flags and filters) names a test of the
+/// binaries it is given.
+fn filters_name_tests(what: &str, line: &str) {
     let (cargo_args, test_args) = line.split_once(" -- ").expect("cargo's arguments, then the tests'");
     let binaries: Vec<&str> = cargo_args.split_whitespace().filter(|a| *a != "--test").collect();
     assert!(!binaries.is_empty() && cargo_args.matches("--test ").count() == binaries.len(), "{cargo_args}");
     let tests: Vec<String> =
         binaries.iter().flat_map(|binary| binary_sources(binary)).flat_map(|f| test_names(&f)).collect();
     let filters: Vec<&str> = test_args.split_whitespace().filter(|a| !a.starts_with("--")).collect();
-    assert!(filters.len() >= 5, "{test_args}");
+    assert!(filters.len() >= 5, "{what}: {test_args}");
     for filter in filters {
         assert!(
             tests.iter().any(|test| test.contains(filter)),
-            "NODE_AGENT_TESTS or PROXY_TESTS names {filter}, which is no test of {binaries:?}: rename the filter with the test"
+            "{what} names {filter}, which is no test of {binaries:?}: rename the filter with the test"
         );
     }
 }

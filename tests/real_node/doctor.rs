@@ -14,7 +14,7 @@ async fn agent_release(release: &str) -> (Client, String, String) {
     let values = isolated_release_values(&ns, &agent_on());
     helm_install(release, &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
     let address = format!("{}:5000", cluster_ip(&client, &ns, "registry").await);
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    wait_node_file(&address, "agent on", |t| t.is_some()).await;
     (client, ns, address)
 }
 
@@ -47,7 +47,7 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     let now = node_state(&client, &ns).await.and_then(|s| s.status).expect("a NodePullState").plan;
     assert_eq!(now, plan, "the node plan changed with an invalid annotation");
     assert_eq!(published(&client, &ns, "hosting").await.as_ref(), Some(&document), "the last good document stays");
-    assert!(hosts_toml(&address).is_some(), "the node's file went with an invalid annotation");
+    assert!(node_file(&address).is_some(), "the node's file went with an invalid annotation");
     apply_in(&client, &ns, app_pod("through", &format!("{address}/keepplan/app:1"))).await;
     wait_phase(&client, &ns, "through", &["Running"]).await;
     let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("the node plan written for it stays in force")).await;
@@ -57,7 +57,7 @@ async fn a_pull_keeps_working_while_the_published_registry_has_an_invalid_annota
     // Fixed, the registry is followed again; uninstalled, nothing of ours is left.
     clusterip_registry(&client, &ns, json!({})).await;
     helm_uninstall("keepplan", &ns);
-    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(&address, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }
 
@@ -164,7 +164,7 @@ async fn doctor_reads_each_nodes_lasting_state_which_only_the_agents_write_and_c
     wait_doctor(&ns, ALL_WELL, |r| r.contains(&configured)).await;
 
     helm_uninstall("nodestate", &ns);
-    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(&address, "after uninstall", |t| t.is_none()).await;
     // The state goes with the agents' DaemonSet, which owns it.
     let gone = wait_until(SOON_ON_A_NODE, || async { node_state(&client, &ns).await.is_none().then_some(()) }).await;
     assert!(gone.is_some(), "the NodePullState outlived the release");

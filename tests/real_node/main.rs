@@ -101,6 +101,7 @@ fn agent_on() -> Vec<String> {
 fn agent_writing_into(dir: &str) -> Vec<String> {
     vec![
         "nodeAgent.enabled=true".into(),
+        format!("nodeAgent.runtime={}", node().runtime().as_str()),
         format!("nodeAgent.configPath={dir}"),
         format!("nodeAgent.runtimeConfig={}", node().runtime_config_on_node()),
         "nodeAgent.resync=2s".into(),
@@ -177,7 +178,10 @@ async fn nodeport_registry(client: &Client, ns: &str) {
 /// (cgroup v1's or v2's) this machine has.
 fn container_process(container_id: &str) -> u32 {
     let roots = testbed::node::cgroup_dirs(&node().network().cgroup);
-    let output = Command::new("find").args(&roots).args(["-type", "d", "-name", container_id]).output().unwrap();
+    // containerd names the cgroup after the container, CRI-O (cgroupfs) `crio-<id>`.
+    let crio = format!("crio-{container_id}");
+    let names = ["(", "-name", container_id, "-o", "-name", &crio, ")"];
+    let output = Command::new("find").args(&roots).args(["-type", "d"]).args(names).output().unwrap();
     let dir = String::from_utf8_lossy(&output.stdout).lines().next().map(PathBuf::from);
     let dir = dir.unwrap_or_else(|| panic!("no cgroup for container {container_id} under {roots:?}"));
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
@@ -249,25 +253,36 @@ fn app_pod(name: &str, image: &str) -> serde_json::Value {
 }
 
 /// The `hosts.toml` the node agent keeps for `address` on the real node, if any.
-fn hosts_toml(address: &str) -> Option<String> {
-    support::agent::hosts_toml(node(), address)
+/// The agent's file for `address` on the node, whichever runtime it runs (containerd's hosts.toml, CRI-O's drop-in).
+fn node_file(address: &str) -> Option<String> {
+    support::agent::node_file(node(), address)
+}
+
+/// Whether anything of a file for `address` is left on the node.
+fn node_files_left(address: &str) -> bool {
+    support::agent::node_files_left(node(), address)
+}
+
+/// How the node's file says an address's pulls go to the plain-HTTP registry at `endpoint` (`host:port`).
+fn sends_to_http(endpoint: &str) -> String {
+    support::agent::sends_to_http(node(), endpoint)
 }
 
 /// Waits until the node's file for `address` satisfies `check`; returns it and how long that took.
-async fn wait_hosts_toml(
-    address: &str,
-    what: &str,
-    check: impl Fn(Option<&str>) -> bool,
-) -> (Option<String>, Duration) {
+async fn wait_node_file(address: &str, what: &str, check: impl Fn(Option<&str>) -> bool) -> (Option<String>, Duration) {
     let started = std::time::Instant::now();
     let found = wait_until(SOON_ON_A_NODE, || async {
-        let text = hosts_toml(address);
+        let text = node_file(address);
         check(text.as_deref()).then_some(text)
     })
     .await;
     match found {
         Some(text) => (text, started.elapsed()),
-        None => panic!("{what}: the node's {address}/hosts.toml is now {:?}", hosts_toml(address)),
+        None => panic!(
+            "{what}: the node's {} is now {:?}",
+            support::agent::node_file_path(node(), address).display(),
+            node_file(address)
+        ),
     }
 }
 

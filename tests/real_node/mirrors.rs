@@ -53,7 +53,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     mirrors.extend(mirror_values(1, "ghcr.io", &ns, "absent"));
     helm_install("mirror", &ns, &values(&mirrors).iter().map(String::as_str).collect::<Vec<_>>());
     let tenant_own = format!("{}:5000", cluster_ip(&client, &tenant_ns, "registry").await);
-    wait_hosts_toml(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
+    wait_node_file(&tenant_own, "the tenant registry's own address", |t| t.is_some()).await;
 
     // The foreign file is left byte for byte and reported; the namespace's docker.io is refused, not mirrored.
     let report = wait_doctor(&ns, SOMETHING_WRONG, |r| r.contains("not configured for docker.io (foreign: ")).await;
@@ -61,7 +61,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     assert!(report.contains("docker.io is published but no node is configured to pull it"), "{report}");
     wait_agent_metrics(&client, &ns, |t| t.contains("local_registry_publisher_node_addresses{state=\"foreign\"} 1\n"))
         .await;
-    assert_eq!(hosts_toml("docker.io").as_deref(), Some(theirs));
+    assert_eq!(node_file("docker.io").as_deref(), Some(theirs));
     let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
     assert!(told.contains("docker.io does not name this Service alone"), "{told}");
     let plan = "mirror-local-registry-publisher-node-plan";
@@ -81,7 +81,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
 
     // Once it is gone, the agent writes the mirror's file: the cache first, Docker Hub as the fallback.
     std::fs::remove_file(docker_dir.join("hosts.toml")).unwrap();
-    let (text, _) = wait_hosts_toml("docker.io", "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
+    let (text, _) = wait_node_file("docker.io", "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
     let text = text.unwrap_or_default();
     assert!(text.contains("server = \"https://registry-1.docker.io\"\n"), "{text}");
     assert!(text.contains(&format!("[host.\"http://{cache_ip}:5000\"]")), "{text}");
@@ -102,7 +102,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     // The cache down (scaled to 0, its Service and so the node's file still there): containerd falls back to the
     // upstream. Nothing here reaches Docker Hub, so the pull fails; the kubelet shows containerd's first error (the
     // cache's), and containerd's log shows it went on to the upstream for the same image.
-    let mirrored = hosts_toml("docker.io");
+    let mirrored = node_file("docker.io");
     ok(tool("kubectl", &["scale", "deployment/registry", "-n", &ns, "--replicas=0"]));
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let drained = wait_until(SOON_ON_A_NODE, || async {
@@ -110,7 +110,7 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     })
     .await;
     assert!(drained.is_some(), "the cache's pods never went");
-    assert_eq!(hosts_toml("docker.io"), mirrored, "the mirror's file changed with its cache down");
+    assert_eq!(node_file("docker.io"), mirrored, "the mirror's file changed with its cache down");
     apply_in(&client, &ns, app_pod("fallback", image)).await;
     let failed = wait_waiting(&client, &ns, "fallback", &format!("{cache_ip}:5000")).await;
     println!("with the cache down, containerd says: {failed}");
@@ -127,12 +127,12 @@ async fn an_admins_mirror_serves_a_public_registrys_pulls_on_the_node_live_with_
     let chart = root().join("charts/local-registry-publisher").display().to_string();
     let take_out = ["upgrade", "mirror", &chart, "-n", &ns, "--wait", "--timeout", "180s", "--reset-then-reuse-values"];
     ok(tool("helm", &[&take_out[..], &["--set", "nodeAgent.mirrors=null"]].concat()));
-    wait_hosts_toml("docker.io", "mirror removed", |t| t.is_none()).await;
+    wait_node_file("docker.io", "mirror removed", |t| t.is_none()).await;
     apply_in(&client, &ns, app_pod("without-mirror", image)).await;
     let failed = wait_waiting(&client, &ns, "without-mirror", "registry-1.docker.io").await;
     println!("without the mirror, containerd says: {}", failed);
     helm_uninstall("mirror", &ns);
-    wait_hosts_toml(&tenant_own, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(&tenant_own, "after uninstall", |t| t.is_none()).await;
     assert!(!docker_dir.exists(), "nothing of ours is left for docker.io");
     for ns in [&ns, &tenant_ns] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");
@@ -169,7 +169,7 @@ async fn with_its_cache_down_an_admins_mirror_falls_back_to_a_reachable_upstream
     let mirror = mirror_values(0, &upstream, &ns, "cache");
     let values = isolated_release_values(&ns, &[agent_on(), mirror].concat());
     helm_install("fallback", &ns, &values.iter().map(String::as_str).collect::<Vec<_>>());
-    let (text, _) = wait_hosts_toml(&upstream, "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
+    let (text, _) = wait_node_file(&upstream, "the mirror", |t| t.is_some_and(|t| t.starts_with(HEADER))).await;
     let text = text.unwrap_or_default();
     assert!(text.contains(&format!("server = \"https://{upstream}\"\n")), "{text}");
     assert!(text.contains(&format!("[host.\"http://{cache}\"]")), "{text}");
@@ -190,6 +190,6 @@ async fn with_its_cache_down_an_admins_mirror_falls_back_to_a_reachable_upstream
     assert!(cache_tried.is_some(), "containerd never tried the cache first: {}", said.join("\n"));
 
     helm_uninstall("fallback", &ns);
-    wait_hosts_toml(&upstream, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(&upstream, "after uninstall", |t| t.is_none()).await;
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

@@ -274,8 +274,7 @@ async fn under_the_charts_network_policies_the_controller_publishes_the_agent_wr
         d.host_from_cluster_network.as_deref() == Some(moved_host.as_str())
     })
     .await;
-    wait_hosts_toml(&moved_host, "the agent writes the moved registry's file under the policies", |t| t.is_some())
-        .await;
+    wait_node_file(&moved_host, "the agent writes the moved registry's file under the policies", |t| t.is_some()).await;
 
     helm_uninstall("netpol", &ns);
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");

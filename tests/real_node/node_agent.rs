@@ -79,22 +79,22 @@ impl NodePull {
 #[tokio::test]
 async fn without_the_node_agent_the_nodes_runtime_pulls_neither_by_clusterip_nor_by_cluster_dns_name() {
     let pull = NodePull::start("nopull", true, false).await;
-    // By ClusterIP, containerd dials HTTPS, which the registry does not speak.
+    // By ClusterIP, the runtime dials HTTPS, which the registry does not speak.
     apply_in(&pull.client, &pull.ns, app_pod("by-ip", &pull.image(&pull.by_ip()))).await;
     wait_waiting(&pull.client, &pull.ns, "by-ip", "server gave HTTP response to HTTPS client").await;
     // By name, it cannot even resolve it: cluster DNS is not the node's.
     apply_in(&pull.client, &pull.ns, app_pod("by-name", &pull.image(&pull.name()))).await;
     wait_waiting(&pull.client, &pull.ns, "by-name", &format!("lookup registry.{}.svc.cluster.local", pull.ns)).await;
-    assert!(hosts_toml(&pull.name()).is_none() && hosts_toml(&pull.by_ip()).is_none());
+    assert!(node_file(&pull.name()).is_none() && node_file(&pull.by_ip()).is_none());
     pull.end().await;
 }
 
 #[tokio::test]
 async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_its_metrics_and_doctor_say_so() {
     let pull = NodePull::start("nodepull", true, true).await;
-    let (text, took) = wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
+    let (text, took) = wait_node_file(&pull.name(), "agent on", |t| t.is_some()).await;
     println!("node file written {took:?} after the name was published");
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{}\"]", pull.by_ip())));
+    assert!(text.unwrap_or_default().contains(&sends_to_http(&pull.by_ip())));
     pull.runs("by-name", &pull.name()).await;
     // The agent's own metrics say the same (its readiness probe, on the same port, let helm --wait return).
     let configured = "local_registry_publisher_node_addresses{state=\"configured\"} 1\n";
@@ -102,14 +102,14 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
     assert!(metrics.contains("local_registry_publisher_node_files_total{operation=\"write\"}"), "{metrics}");
     assert!(metrics.contains("local_registry_publisher_node_last_sync_timestamp_seconds "), "{metrics}");
     let reads = "local_registry_publisher_node_runtime_config{state=\"reads\"} 1\n";
-    assert!(metrics.contains(reads), "containerd's config names the agent's directory: {metrics}");
+    assert!(metrics.contains(reads), "the runtime reads the agent's directory: {metrics}");
     // doctor tells per node what the agent there last said of itself; the kwok node runs no containerd at all.
     let real = format!("node {}: configured by nodepull-local-registry-publisher-node-agent-", node().name());
     let report = wait_doctor(&pull.ns, ALL_WELL, |report| report.contains(&real)).await;
-    // The node's line names where the agent found the hosts directory: the config file and its config_path.
+    // The node's line names the runtime's config file the agent read and the directory it has the runtime read.
     let line = report.lines().find(|line| line.contains(&real)).unwrap_or_default();
-    let read = format!(" has it read {}", node().config_path_on_node());
-    assert!(line.contains(".toml") && line.contains(&read), "{line}");
+    let read = format!("; {} has it read {}", node().runtime_config_on_node(), node().config_path_on_node());
+    assert!(line.contains(&read), "{line}");
     let needs = format!("{} needs a node file mapping it to http://{}", pull.name(), pull.by_ip());
     assert!(report.contains(&needs), "{report}");
     let simulated = "its runtime is \"kwok-";
@@ -140,7 +140,7 @@ async fn the_node_agent_maps_a_published_cluster_dns_name_to_the_clusterip_and_i
 #[tokio::test]
 async fn the_node_agents_file_follows_a_recreated_registry_and_an_emptied_directory_with_no_restart() {
     let mut pull = NodePull::start("nodemove", true, true).await;
-    wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
+    wait_node_file(&pull.name(), "agent on", |t| t.is_some()).await;
     // The registry moves: its Service recreated, with a new ClusterIP.
     support::delete_in(&pull.client, &pull.ns, "v1", "Service", "registry").await;
     let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(pull.client.clone(), &pull.ns);
@@ -151,14 +151,19 @@ async fn the_node_agents_file_follows_a_recreated_registry_and_an_emptied_direct
     let moved = cluster_ip(&pull.client, &pull.ns, "registry").await;
     assert_ne!(moved, pull.ip);
     pull.ip = moved;
-    let follows = |t: Option<&str>| t.is_some_and(|t| t.contains(&format!("\"http://{}:5000\"", pull.ip)));
-    let (_, took) = wait_hosts_toml(&pull.name(), "after the move", follows).await;
+    let follows = |t: Option<&str>| t.is_some_and(|t| t.contains(&sends_to_http(&format!("{}:5000", pull.ip))));
+    let (_, took) = wait_node_file(&pull.name(), "after the move", follows).await;
     println!("node file followed the new ClusterIP {took:?} after the Service was recreated");
     pull.runs("moved", &pull.name()).await;
-    // The node's directory emptied by hand is written again, with nothing restarted.
+    // The node's file removed by hand (containerd's whole directory for it) is written again, with nothing restarted.
     let agents = agent_pod_uids(&pull.client, &pull.ns).await;
-    std::fs::remove_dir_all(node().hosts_dir().join(pull.name())).unwrap();
-    wait_hosts_toml(&pull.name(), "after emptying", follows).await;
+    match node().runtime() {
+        testbed::node::Runtime::Containerd => std::fs::remove_dir_all(node().hosts_dir().join(pull.name())).unwrap(),
+        testbed::node::Runtime::Crio => {
+            std::fs::remove_file(support::agent::node_file_path(node(), &pull.name())).unwrap()
+        }
+    }
+    wait_node_file(&pull.name(), "after emptying", follows).await;
     assert_eq!(agent_pod_uids(&pull.client, &pull.ns).await, agents, "an agent was restarted");
     pull.end().await;
 }
@@ -178,32 +183,35 @@ async fn agent_pod_uids(client: &Client, ns: &str) -> BTreeSet<(String, i32)> {
 async fn the_node_agent_leaves_a_foreign_file_for_its_address_as_it_is_tells_it_and_writes_its_own_once_it_is_gone() {
     let pull = NodePull::start("nodeforeign", true, true).await;
     let address = pull.name();
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
-    let theirs = format!("[host.\"http://{}\"]\n  capabilities = [\"pull\"]\n", pull.by_ip());
-    std::fs::write(node().hosts_dir().join(&address).join("hosts.toml"), &theirs).unwrap();
+    wait_node_file(&address, "agent on", |t| t.is_some()).await;
+    // Where that runtime's users write one: containerd's at the agent's own path, CRI-O's a drop-in of its own.
+    let (their_path, theirs) = support::agent::write_foreign_file(node(), &address, &pull.by_ip());
     let report =
         wait_doctor(&pull.ns, SOMETHING_WRONG, |report| report.contains(&format!("{address} (foreign: "))).await;
     assert!(report.contains(&format!("node {}: not configured for {address}", node().name())), "{report}");
     let left_alone = "local_registry_publisher_node_addresses{state=\"foreign\"} 1\n";
     wait_agent_metrics(&pull.client, &pull.ns, |text| text.contains(left_alone)).await;
-    assert_eq!(hosts_toml(&address).as_deref(), Some(theirs.as_str()));
-    std::fs::remove_file(node().hosts_dir().join(&address).join("hosts.toml")).unwrap();
-    wait_hosts_toml(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by")))
-        .await;
+    assert_eq!(std::fs::read_to_string(&their_path).ok().as_deref(), Some(theirs.as_str()));
+    if node().runtime() == testbed::node::Runtime::Crio {
+        // A later drop-in replaces an earlier table of the same prefix whole: ours went, not to take theirs over.
+        assert_eq!(node_file(&address), None, "the agent's drop-in stayed beside a foreign one");
+    }
+    std::fs::remove_file(&their_path).unwrap();
+    wait_node_file(&address, "after the foreign file went", |t| t.is_some_and(|t| t.starts_with("# Written by"))).await;
     pull.end().await;
 }
 
 #[tokio::test]
 async fn the_node_agent_removes_the_file_of_a_withdrawn_address_and_writes_the_one_published_instead() {
     let pull = NodePull::start("nodewithdraw", true, true).await;
-    wait_hosts_toml(&pull.name(), "agent on", |t| t.is_some()).await;
+    wait_node_file(&pull.name(), "agent on", |t| t.is_some()).await;
     // Published by its ClusterIP (the annotation removed), the address gets a file of its own and the name's goes.
     pull.publish(false).await;
-    let (text, _) = wait_hosts_toml(&pull.by_ip(), "by ClusterIP", |t| t.is_some()).await;
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{}\"]", pull.by_ip())));
+    let (text, _) = wait_node_file(&pull.by_ip(), "by ClusterIP", |t| t.is_some()).await;
+    assert!(text.unwrap_or_default().contains(&sends_to_http(&pull.by_ip())));
     pull.runs("by-ip", &pull.by_ip()).await;
-    wait_hosts_toml(&pull.name(), "the name withdrawn", |t| t.is_none()).await;
-    assert!(!node().hosts_dir().join(pull.name()).exists(), "the name's directory was left");
+    wait_node_file(&pull.name(), "the name withdrawn", |t| t.is_none()).await;
+    assert!(!node_files_left(&pull.name()), "the name's directory was left");
     pull.end().await;
 }
 
@@ -211,23 +219,20 @@ async fn the_node_agent_removes_the_file_of_a_withdrawn_address_and_writes_the_o
 async fn the_node_agent_turned_off_or_uninstalled_leaves_nothing_of_its_own_and_every_foreign_file_as_it_was() {
     // Someone else's file for another registry, there before the agent.
     let foreign_name = format!("mirror-{}.example:5000", std::process::id());
-    let foreign_dir = node().hosts_dir().join(&foreign_name);
-    std::fs::create_dir_all(&foreign_dir).unwrap();
-    let foreign = format!("server = \"https://{foreign_name}\"\n[host.\"http://127.0.0.1:1\"]\n");
-    std::fs::write(foreign_dir.join("hosts.toml"), &foreign).unwrap();
+    let (foreign_path, foreign) = support::agent::write_foreign_file(node(), &foreign_name, "127.0.0.1:1");
     let pull = NodePull::start("nodeoff", false, true).await;
     let address = pull.by_ip();
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    wait_node_file(&address, "agent on", |t| t.is_some()).await;
     pull.upgrade(&["nodeAgent.enabled=false".into()]);
-    wait_hosts_toml(&address, "agent off", |t| t.is_none()).await;
-    assert!(!node().hosts_dir().join(&address).exists());
+    wait_node_file(&address, "agent off", |t| t.is_none()).await;
+    assert!(!node_files_left(&address));
     pull.upgrade(&agent_on());
-    wait_hosts_toml(&address, "agent on again", |t| t.is_some()).await;
+    wait_node_file(&address, "agent on again", |t| t.is_some()).await;
     helm_uninstall(pull.release, &pull.ns);
-    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
-    assert!(!node().hosts_dir().join(&address).exists());
-    assert_eq!(std::fs::read_to_string(foreign_dir.join("hosts.toml")).unwrap(), foreign);
-    std::fs::remove_dir_all(&foreign_dir).unwrap();
+    wait_node_file(&address, "after uninstall", |t| t.is_none()).await;
+    assert!(!node_files_left(&address));
+    assert_eq!(std::fs::read_to_string(&foreign_path).unwrap(), foreign);
+    support::agent::remove_foreign_file(node(), &foreign_path);
     plane().delete_namespace(&pull.client, &pull.ns).await.expect("delete namespace");
 }
 
@@ -248,10 +253,10 @@ async fn the_node_agent_makes_a_kind_shaped_host_pullable_by_the_node_only_throu
     push(true, &own_image("kind-host"), &format!("{ip}:5000/kindhost/app:1"), None);
     let image = format!("{address}/kindhost/app:1");
 
-    // Without the agent the node's containerd dials its own loopback, where nothing listens.
+    // Without the agent the node's runtime dials its own loopback, where nothing listens.
     apply_in(&client, &ns, app_pod("without", &image)).await;
     wait_waiting(&client, &ns, "without", ":5001: connect: connection refused").await;
-    assert!(hosts_toml(address).is_none());
+    assert!(node_file(address).is_none());
 
     // With it, and the address allowed by the admin (the chart's kind distribution allows its own), the node's
     // mirror entry for localhost:5001 sends the pull to the registry's ClusterIP.
@@ -273,9 +278,9 @@ async fn pulls_through_the_agents_file(
     image: &str,
 ) {
     helm_upgrade(release, ns, &isolated_release_values(ns, values));
-    let (text, _) = wait_hosts_toml(address, "agent on", |t| t.is_some()).await;
+    let (text, _) = wait_node_file(address, "agent on", |t| t.is_some()).await;
     let proxy = node().proxy_mode().as_str();
-    assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{ip}:5000\"]")), "kube-proxy {proxy}");
+    assert!(text.unwrap_or_default().contains(&sends_to_http(&format!("{ip}:5000"))), "kube-proxy {proxy}");
     apply_in(client, ns, app_pod("with", image)).await;
     wait_phase(client, ns, "with", &["Running"]).await;
     println!("kube-proxy {proxy}: a pod of {image} runs through the agent's file");
@@ -284,7 +289,7 @@ async fn pulls_through_the_agents_file(
 /// Uninstalls `release`, waits until its file for `address` is gone, and deletes `ns`.
 async fn uninstalled(client: &Client, release: &str, ns: &str, address: &str) {
     helm_uninstall(release, ns);
-    wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(address, "after uninstall", |t| t.is_none()).await;
     plane().delete_namespace(client, ns).await.expect("delete namespace");
 }
 
@@ -342,7 +347,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     // Pointed at containerd's config_path, the same image pulls (a new pod: kubelet's pull backoff is not ours),
     // and the files in the old directory, which no agent reads now, are gone.
     helm_upgrade("configpath", &ns, &isolated_release_values(&ns, &agent_on()));
-    wait_hosts_toml(&address, "configPath fixed", |t| t.is_some()).await;
+    wait_node_file(&address, "configPath fixed", |t| t.is_some()).await;
     assert!(!elsewhere.join(&address).exists(), "the file in the old configPath was left behind");
     apply_in(&client, &ns, app_pod("read", &image)).await;
     wait_phase(&client, &ns, "read", &["Running"]).await;
@@ -351,7 +356,7 @@ async fn the_node_agent_tells_when_the_nodes_containerd_reads_another_directory_
     let waited = wait_configured(&ns, "60s");
     assert!(waited.status.success(), "kubectl wait: {}", String::from_utf8_lossy(&waited.stderr));
     helm_uninstall("configpath", &ns);
-    wait_hosts_toml(&address, "after uninstall", |t| t.is_none()).await;
+    wait_node_file(&address, "after uninstall", |t| t.is_none()).await;
     std::fs::remove_dir_all(&elsewhere).unwrap();
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");
 }

@@ -234,7 +234,7 @@ async fn a_token_registry_is_pulled_with_the_pods_credentials_through_the_node_a
     })
     .await;
     for address in [&name, &direct] {
-        let (file, _) = wait_hosts_toml(address, "agent on", |t| t.is_some()).await;
+        let (file, _) = wait_node_file(address, "agent on", |t| t.is_some()).await;
         let file = file.unwrap_or_default();
         assert!(file.contains(&format!("[host.\"http://{direct}\"]")), "{address}: {file}");
         assert!(!file.contains("first-token") && !file.to_lowercase().contains("authorization"), "{address}: {file}");

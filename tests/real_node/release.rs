@@ -251,7 +251,7 @@ async fn the_documented_wait_right_after_helm_upgrade_or_install_is_followed_by_
         let off =
             ["upgrade", release, "-n", ns.as_str(), "--reset-then-reuse-values", "--set", "nodeAgent.enabled=false"];
         helm_now(&off);
-        wait_hosts_toml(&format!("{ip}:5000"), "the agent turned off", |t| t.is_none()).await;
+        wait_node_file(&format!("{ip}:5000"), "the agent turned off", |t| t.is_none()).await;
     }
     // Each round installs afresh with the agent on, waits as documented, pulls at once, and uninstalls.
     helm_uninstall(release, &ns);
@@ -260,7 +260,7 @@ async fn the_documented_wait_right_after_helm_upgrade_or_install_is_followed_by_
         run_as_written(&wait);
         pulls_at_once(&client, &ns, &format!("installed-{round}"), &image).await;
         helm_uninstall(release, &ns);
-        wait_hosts_toml(&format!("{ip}:5000"), "uninstalled", |t| t.is_none()).await;
+        wait_node_file(&format!("{ip}:5000"), "uninstalled", |t| t.is_none()).await;
     }
     println!("{ROUNDS} upgrades and {ROUNDS} installs: the documented wait, then a pull that worked each time");
     plane.delete_namespace(&client, &ns).await.expect("delete namespace");

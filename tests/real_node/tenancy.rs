@@ -36,7 +36,7 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
 
     // Its own ClusterIP gets the node's file; the public names get none, and the refusal is told on its Service,
     // in the controller's metrics and by doctor.
-    wait_hosts_toml(&own, "the registry's own address", |t| t.is_some()).await;
+    wait_node_file(&own, "the registry's own address", |t| t.is_some()).await;
     let told = wait_event_note(&client, &tenant_ns, "registry", "AddressNotAllowed").await;
     assert!(told.contains("quay.io does not name this Service alone"), "{told}");
     assert!(told.contains("registry.k8s.io does not name this Service alone"), "{told}");
@@ -65,13 +65,13 @@ async fn a_namespace_with_edit_cannot_redirect_what_every_node_pulls_from_a_publ
     let allowed = ["nodeAgent.allowedAddresses={registry.k8s.io,quay.io}".to_string()];
     helm_upgrade("trust", &ns, &tenant_release_values(&ns, &tenant_ns, &allowed));
     for public in ["quay.io", "registry.k8s.io"] {
-        let (text, _) = wait_hosts_toml(public, "allowed by the admin", |t| t.is_some()).await;
+        let (text, _) = wait_node_file(public, "allowed by the admin", |t| t.is_some()).await;
         assert!(text.unwrap_or_default().contains(&format!("[host.\"http://{own}\"]")));
     }
     wait_pod_metrics(&client, &ns, "controller", |text| text.contains("node_addresses_refused 0\n")).await;
     helm_uninstall("trust", &ns);
     for address in ["quay.io", "registry.k8s.io", own.as_str()] {
-        wait_hosts_toml(address, "after uninstall", |t| t.is_none()).await;
+        wait_node_file(address, "after uninstall", |t| t.is_none()).await;
     }
     for ns in [&ns, &tenant_ns] {
         plane.delete_namespace(&client, ns).await.expect("delete namespace");

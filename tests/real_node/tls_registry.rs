@@ -68,7 +68,7 @@ impl TlsRegistry {
 
     async fn end(self) {
         helm_uninstall(self.release, &self.ns);
-        wait_hosts_toml(&self.address(), "after uninstall", |t| t.is_none()).await;
+        wait_node_file(&self.address(), "after uninstall", |t| t.is_none()).await;
         assert!(!node().hosts_dir().join(self.address()).exists(), "a file of ours was left");
         plane().delete_namespace(&self.client, &self.ns).await.expect("delete namespace");
     }
@@ -91,7 +91,7 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
     let tls = TlsRegistry::start("nodetls", true).await;
     let address = tls.address();
     // Every node's containerd gets the CA beside a file that maps the name to the ClusterIP over HTTPS.
-    let (text, took) = wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    let (text, took) = wait_node_file(&address, "agent on", |t| t.is_some()).await;
     println!("node file with the CA written {took:?} after the registry was published");
     let text = text.unwrap_or_default();
     assert!(text.contains(&format!("[host.\"https://{}:5000\"]", tls.ip)), "{text}");
@@ -109,18 +109,18 @@ async fn the_node_agent_gives_each_nodes_runtime_the_private_ca_of_a_registry_th
 async fn the_node_agent_withdraws_the_files_of_a_tls_registry_whose_ca_bundle_cannot_be_read_and_says_why() {
     let tls = TlsRegistry::start("nodetlsgone", true).await;
     let address = tls.address();
-    wait_hosts_toml(&address, "agent on", |t| t.is_some()).await;
+    wait_node_file(&address, "agent on", |t| t.is_some()).await;
     // A CA bundle the chart does not let the controller read: told on the registry's Service, and the node's files
     // for it go (no node would trust the registry).
     apply_in(&tls.client, &tls.ns, TlsRegistry::service(&tls.ns, "configmap/elsewhere-ca")).await;
     let told = wait_event_note(&tls.client, &tls.ns, "registry", "CaBundleUnusable").await;
     assert!(told.contains("configmap/elsewhere-ca in namespace") && told.contains("nodeAgent.caBundles"), "{told}");
-    wait_hosts_toml(&address, "CA unusable", |t| t.is_none()).await;
+    wait_node_file(&address, "CA unusable", |t| t.is_none()).await;
     let report = wait_doctor(&tls.ns, SOMETHING_WRONG, |report| report.contains("its CA bundle cannot be used")).await;
     assert!(report.contains("configmap/elsewhere-ca does not exist"), "{report}");
     assert!(!node().hosts_dir().join(&address).exists(), "the CA file and the directory go with the file");
     // Readable again: the files are back.
     apply_in(&tls.client, &tls.ns, TlsRegistry::service(&tls.ns, "configmap/registry-ca")).await;
-    wait_hosts_toml(&address, "CA readable again", |t| t.is_some()).await;
+    wait_node_file(&address, "CA readable again", |t| t.is_some()).await;
     tls.end().await;
 }

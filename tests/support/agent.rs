@@ -8,7 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
+use local_registry_publisher::agent::runtime::crio::dropins;
 use serde_json::json;
+use testbed::node::Runtime;
 use testbed::{ControlPlane, RealNode};
 
 use super::{SOON_ON_A_NODE, apply_in, ok, root, wait_until};
@@ -96,15 +98,77 @@ pub async fn registry(plane: &ControlPlane, client: &Client, ns: &str, node: &Re
     apply_in(client, ns, registry_service(ns, json!({}))).await;
 }
 
-pub fn hosts_toml(node: &RealNode, address: &str) -> Option<String> {
-    std::fs::read_to_string(node.hosts_dir().join(address).join("hosts.toml")).ok()
+/// Where `node`'s agent keeps its file for `address`, whichever runtime the node runs: containerd's
+/// `<address>/hosts.toml` in its hosts directory, CRI-O's drop-in in `registries.conf.d`.
+pub fn node_file_path(node: &RealNode, address: &str) -> PathBuf {
+    match node.runtime() {
+        Runtime::Containerd => node.hosts_dir().join(address).join("hosts.toml"),
+        Runtime::Crio => node.containers_dir().join(dropins::DROP_IN_DIR).join(dropins::drop_in_name(address)),
+    }
+}
+
+/// The text of `node`'s file for `address` ([`node_file_path`]), if it is there.
+pub fn node_file(node: &RealNode, address: &str) -> Option<String> {
+    std::fs::read_to_string(node_file_path(node, address)).ok()
+}
+
+/// Whether anything of a file for `address` is left on `node`: containerd's directory for it (a CA beside the
+/// file goes with it), CRI-O's drop-in.
+pub fn node_files_left(node: &RealNode, address: &str) -> bool {
+    match node.runtime() {
+        Runtime::Containerd => node.hosts_dir().join(address).exists(),
+        Runtime::Crio => node_file_path(node, address).exists(),
+    }
+}
+
+/// How `node`'s file for an address says its pulls go to the plain-HTTP registry at `endpoint` (`host:port`):
+/// containerd's host table, CRI-O's location marked insecure.
+pub fn sends_to_http(node: &RealNode, endpoint: &str) -> String {
+    match node.runtime() {
+        Runtime::Containerd => format!("[host.\"http://{endpoint}\"]"),
+        Runtime::Crio => format!("location = \"{endpoint}\"\ninsecure = true\n"),
+    }
+}
+
+/// Someone else's file on `node` sending `address`'s pulls to `endpoint` (plain HTTP), where that runtime's users
+/// write one: containerd's at the agent's own path, CRI-O's a drop-in of another name for the same prefix. Returns
+/// its path and text.
+pub fn write_foreign_file(node: &RealNode, address: &str, endpoint: &str) -> (PathBuf, String) {
+    let (path, text) = match node.runtime() {
+        Runtime::Containerd => (
+            node_file_path(node, address),
+            format!("server = \"https://{address}\"\n[host.\"http://{endpoint}\"]\n  capabilities = [\"pull\"]\n"),
+        ),
+        Runtime::Crio => (
+            node.containers_dir().join(dropins::DROP_IN_DIR).join(format!("zz-theirs-{address}.conf")),
+            format!("[[registry]]\nprefix = \"{address}\"\nlocation = \"{endpoint}\"\ninsecure = true\n"),
+        ),
+    };
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("the foreign file's directory");
+    std::fs::write(&path, &text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    (path, text)
+}
+
+/// Removes a file [`write_foreign_file`] wrote, and containerd's directory for it.
+pub fn remove_foreign_file(node: &RealNode, path: &Path) {
+    std::fs::remove_file(path).unwrap_or_else(|e| panic!("remove {}: {e}", path.display()));
+    if node.runtime() == Runtime::Containerd {
+        let dir = path.parent().expect("a directory");
+        std::fs::remove_dir(dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
+    }
 }
 
 /// Waits until `node`'s file for `address` is there (`present`) or gone.
 pub async fn wait_file(node: &RealNode, address: &str, present: bool, what: &str) {
     let done =
-        wait_until(SOON_ON_A_NODE, || async { (hosts_toml(node, address).is_some() == present).then_some(()) }).await;
-    assert!(done.is_some(), "{what}: {}'s {address}/hosts.toml is still {:?}", node.name(), hosts_toml(node, address));
+        wait_until(SOON_ON_A_NODE, || async { (node_file(node, address).is_some() == present).then_some(()) }).await;
+    assert!(
+        done.is_some(),
+        "{what}: {}'s {} is still {:?}",
+        node.name(),
+        node_file_path(node, address).display(),
+        node_file(node, address)
+    );
 }
 
 /// doctor's exit status when all is well, and when a section is wrong (a reader rejects a value, a node is not

@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use testbed::{ControlPlane, RealNode};
 
-use support::agent::{AGENT_PODS, ALL_WELL, hosts_toml, values, wait_file};
+use support::agent::{AGENT_PODS, ALL_WELL, node_file, values, wait_file};
 use support::{cluster_ip, ok};
 
 fn plane() -> &'static ControlPlane {
@@ -99,7 +99,7 @@ async fn a_node_that_joins_later_is_configured_and_one_the_agents_leave_is_clean
     // file stays, and doctor says why the second is not covered, without failing.
     ok(tool("kubectl", &["label", "node", second.name(), "testbed.local/agents-"]));
     wait_file(second, &address, false, "the node the agents left").await;
-    assert!(hosts_toml(first, &address).is_some(), "the other node's file went too");
+    assert!(node_file(first, &address).is_some(), "the other node's file went too");
     let uncovered =
         format!("node {}: not covered by the node agent: its nodeSelector testbed.local/agents=on", second.name());
     let report = support::agent::wait_doctor(plane, &ns, ALL_WELL, |r| r.contains(&uncovered)).await;
