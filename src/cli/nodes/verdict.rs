@@ -204,7 +204,7 @@ fn verdict(plan: &NodePlan, state: &NodeState) -> Result<String, String> {
         let mut said = format!("not configured for {} (agent {})", missing.join(", "), state.agent.pod);
         if state.runtime.config_path_check == ConfigPathCheck::Elsewhere {
             said.push_str("; ConfigPathMismatch: ");
-            said.push_str(state.runtime.message.as_deref().unwrap_or("containerd reads another directory"));
+            said.push_str(state.runtime.message.as_deref().unwrap_or("the runtime reads another directory"));
         }
         Err(said)
     }

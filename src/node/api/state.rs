@@ -101,12 +101,14 @@ pub struct PlanApplied {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Runtime {
-    /// Whether the runtime's config names the agent's directory.
+    /// Whether the runtime reads the agent's directory (the chart's `nodeAgent.configPath`, whatever the runtime):
+    /// containerd's `config_path` names it; CRI-O reloads the drop-ins under it (`auto_reload_registries`).
     pub config_path_check: ConfigPathCheck,
     /// The runtime's config file the agent read, as the node names it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_file: Option<String>,
-    /// The directory (or list) the runtime's config names, when it names one.
+    /// Where the runtime reads registry files from, when its config says: containerd's `config_path` (a directory or
+    /// a list), CRI-O's `registries.conf.d`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_path: Option<String>,
     /// What the agent found, in words, when there is something to say.
