@@ -14,11 +14,19 @@ pub fn loopback_pull_address(published: &Published) -> Option<&str> {
     addresses.filter(|(reader, ..)| *reader == Reader::Runtime).map(|(.., address)| address).next()
 }
 
-/// What `mode` means for pulls of `address` on a node: the line's text and whether it fails doctor. `configured`:
-/// the node agent's file for the address is in place there.
 /// [`judge`] for a CRI-O node: it dials HTTPS on loopback too, so whatever kube-proxy serves there, only the
-/// agent's drop-in (plain HTTP to the ClusterIP) makes `address` pullable.
+/// agent's drop-in (plain HTTP to the ClusterIP) makes `address` pullable; and an IPv6 literal (`[::1]:<port>`) it
+/// does not take in an image name at all (CRI-O 1.36: "parse image name: invalid reference format"), drop-in or not.
 pub fn judge_crio(address: &str, configured: bool) -> (String, bool) {
+    if address.starts_with('[') {
+        return (
+            format!(
+                "CRI-O takes no IPv6 address in an image name (\"invalid reference format\"), so it cannot pull \
+                 {address} at all: publish a name or an IPv4 address (docs/node-pulls.md#cri-o)"
+            ),
+            true,
+        );
+    }
     if configured {
         return (format!("CRI-O pulls {address} through the agent's drop-in, to the ClusterIP"), false);
     }
@@ -31,6 +39,8 @@ pub fn judge_crio(address: &str, configured: bool) -> (String, bool) {
     )
 }
 
+/// What `mode` means for pulls of `address` on a node: the line's text and whether it fails doctor. `configured`:
+/// the node agent's file for the address is in place there.
 pub fn judge(mode: Option<&Mode>, address: &str, configured: bool) -> (String, bool) {
     let Some(mode) = mode else {
         return (

@@ -168,3 +168,17 @@ fn a_node_on_kube_proxys_default_mode_is_told_what_the_nftables_default_takes_an
     let mode = on(&node("k", &[("k3s.io/node-args", k3s)]), &sources(Vec::new(), None)).expect("a mode");
     assert_eq!(mode.serves("localhost:30500"), Serves::Yes, "{mode:?}");
 }
+
+#[test]
+fn on_crio_a_loopback_address_is_pulled_only_through_the_drop_in_and_an_ipv6_literal_not_at_all() {
+    let (said, fails) = judge_crio("localhost:30500", true);
+    assert!(!fails && said.contains("through the agent's drop-in"), "{said}");
+    let (said, fails) = judge_crio("localhost:30500", false);
+    assert!(fails && said.contains("which is not in place"), "{said}");
+    for configured in [true, false] {
+        let (said, fails) = judge_crio("[::1]:30500", configured);
+        assert!(fails && said.contains("cannot pull [::1]:30500 at all"), "{said}");
+    }
+    let (said, fails) = judge_crio("127.0.0.1:30500", true);
+    assert!(!fails && !said.contains("IPv6"), "{said}");
+}
