@@ -9,8 +9,6 @@ mod support;
 
 mod conformance;
 
-use std::path::PathBuf;
-
 use kube::Client;
 use serde_json::json;
 use testbed::{ControlPlane, RealNode};
@@ -113,17 +111,11 @@ async fn client_and_images() -> (Client, &'static xtask::image::Image) {
 
 /// The agent's drop-in for `address` on the node, if there.
 fn drop_in(address: &str) -> Option<String> {
-    std::fs::read_to_string(drop_in_path(address)).ok()
-}
-
-fn drop_in_path(address: &str) -> PathBuf {
-    let name = local_registry_publisher::agent::runtime::crio::dropins::drop_in_name(address);
-    node().containers_dir().join("registries.conf.d").join(name)
+    support::agent::node_file(node(), address)
 }
 
 async fn wait_drop_in(address: &str, present: bool) -> Option<String> {
-    let found = wait_until(SOON_ON_A_NODE, || async { (drop_in(address).is_some() == present).then_some(()) }).await;
-    assert!(found.is_some(), "{address}'s drop-in is still {:?}", drop_in(address));
+    support::agent::wait_file(node(), address, present, "the drop-in").await;
     drop_in(address)
 }
 

@@ -252,7 +252,6 @@ fn app_pod(name: &str, image: &str) -> serde_json::Value {
         "spec": {"containers": [{"name": "app", "image": image, "imagePullPolicy": "Always"}]}})
 }
 
-/// The `hosts.toml` the node agent keeps for `address` on the real node, if any.
 /// The agent's file for `address` on the node, whichever runtime it runs (containerd's hosts.toml, CRI-O's drop-in).
 fn node_file(address: &str) -> Option<String> {
     support::agent::node_file(node(), address)

@@ -157,12 +157,7 @@ async fn the_node_agents_file_follows_a_recreated_registry_and_an_emptied_direct
     pull.runs("moved", &pull.name()).await;
     // The node's file removed by hand (containerd's whole directory for it) is written again, with nothing restarted.
     let agents = agent_pod_uids(&pull.client, &pull.ns).await;
-    match node().runtime() {
-        testbed::node::Runtime::Containerd => std::fs::remove_dir_all(node().hosts_dir().join(pull.name())).unwrap(),
-        testbed::node::Runtime::Crio => {
-            std::fs::remove_file(support::agent::node_file_path(node(), &pull.name())).unwrap()
-        }
-    }
+    support::agent::remove_node_files(node(), &pull.name());
     wait_node_file(&pull.name(), "after emptying", follows).await;
     assert_eq!(agent_pod_uids(&pull.client, &pull.ns).await, agents, "an agent was restarted");
     pull.end().await;
@@ -211,7 +206,7 @@ async fn the_node_agent_removes_the_file_of_a_withdrawn_address_and_writes_the_o
     assert!(text.unwrap_or_default().contains(&sends_to_http(&pull.by_ip())));
     pull.runs("by-ip", &pull.by_ip()).await;
     wait_node_file(&pull.name(), "the name withdrawn", |t| t.is_none()).await;
-    assert!(!node_files_left(&pull.name()), "the name's directory was left");
+    assert!(!node_files_left(&pull.name()), "the name's file was left");
     pull.end().await;
 }
 

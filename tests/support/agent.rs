@@ -121,6 +121,16 @@ pub fn node_files_left(node: &RealNode, address: &str) -> bool {
     }
 }
 
+/// Removes `node`'s file for `address` by hand, as a user might: containerd's whole directory for it, CRI-O's drop-in.
+pub fn remove_node_files(node: &RealNode, address: &str) {
+    let path = match node.runtime() {
+        Runtime::Containerd => node.hosts_dir().join(address),
+        Runtime::Crio => node_file_path(node, address),
+    };
+    let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+    removed.unwrap_or_else(|e| panic!("remove {}: {e}", path.display()));
+}
+
 /// How `node`'s file for an address says its pulls go to the plain-HTTP registry at `endpoint` (`host:port`):
 /// containerd's host table, CRI-O's location marked insecure.
 pub fn sends_to_http(node: &RealNode, endpoint: &str) -> String {
