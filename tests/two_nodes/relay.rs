@@ -19,17 +19,19 @@ use super::support::{SOON_ON_A_NODE, apply_in, cluster_ip, ok, wait_until};
 
 /// The relay's port: the admin's, one no other test on these nodes uses.
 const RELAY_PORT: u16 = 5101;
+/// The port the admin moves the relay to, held by another process on the second node first.
+const TAKEN_PORT: u16 = 5103;
 /// The agents' own port on every node (they run on the nodes' network).
 const AGENT_PORT: u16 = 9811;
 
-/// The release's values: the agents relay the registry `registry` of `ns` at [`RELAY_PORT`] and write nothing else.
-fn relay_values(ns: &str, node: &RealNode, extra: &[&str]) -> Vec<String> {
+/// The release's values: the agents relay the registry `registry` of `ns` at `port` and write nothing else.
+fn relay_values(ns: &str, node: &RealNode, port: u16, extra: &[&str]) -> Vec<String> {
     let mut all = vec![
         "nodeAgent.runtime=none".to_string(),
         "nodeAgent.relay.enabled=true".into(),
         format!("nodeAgent.relay.registries[0].service.namespace={ns}"),
         "nodeAgent.relay.registries[0].service.name=registry".into(),
-        format!("nodeAgent.relay.registries[0].port={RELAY_PORT}"),
+        format!("nodeAgent.relay.registries[0].port={port}"),
         format!("nodeAgent.httpPort={AGENT_PORT}"),
     ];
     all.extend(extra.iter().map(|v| v.to_string()));
@@ -49,19 +51,27 @@ async fn state(client: &Client, ns: &str, node: &RealNode) -> Option<NodePullSta
     Api::<NodePullState>::namespaced(client.clone(), ns).get_opt(node.name()).await.ok().flatten()
 }
 
-/// The node's `RelayServing` condition once its status and reason are `status` and `reason`: its message.
-async fn wait_relay(client: &Client, ns: &str, node: &RealNode, status: &str, reason: &str) -> String {
+/// The node's `RelayServing` condition once its status and reason are `status` and `reason` and its message says
+/// `says`: its message.
+async fn wait_relay(client: &Client, ns: &str, node: &RealNode, status: &str, reason: &str, says: &str) -> String {
     let condition = || async {
         let state = state(client, ns, node).await?.status?;
         state.relay_serving().cloned()
     };
     let found = wait_until(SOON_ON_A_NODE, || async {
-        condition().await.filter(|c| c.status == status && c.reason == reason).map(|c| c.message)
+        condition()
+            .await
+            .filter(|c| c.status == status && c.reason == reason && c.message.contains(says))
+            .map(|c| c.message)
     })
     .await;
     match found {
         Some(message) => message,
-        None => panic!("{}'s RelayServing never became {status} {reason}: {:?}", node.name(), condition().await),
+        None => panic!(
+            "{}'s RelayServing never became {status} {reason} saying {says:?}: {:?}",
+            node.name(),
+            condition().await
+        ),
     }
 }
 
@@ -110,22 +120,24 @@ fn value(text: &str, series: &str) -> f64 {
     line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))
 }
 
-/// A process on `node` that takes `port` on its IPv4 loopback as soon as it is free, and holds it until dropped.
+/// The agent pod on `node`, the one not being deleted.
+async fn agent_on(pods: &Api<Pod>, node: &RealNode) -> Option<Pod> {
+    let agents = pods.list(&ListParams::default().labels(AGENT_PODS)).await.ok()?;
+    agents.items.into_iter().find(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name())
+    })
+}
+
+/// A process on `node` that holds `port` on its IPv4 loopback until dropped (it exits at once if the port is taken).
 struct Squatter(std::process::Child);
 
 impl Squatter {
     fn on(node: &RealNode, port: u16) -> Self {
-        // SO_REUSEADDR as the relay sets it: the relay's connections just closed leave the port in TIME_WAIT.
         let program = [
             "import socket, time",
             "s = socket.socket()",
-            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
-            "while True:",
-            "    try:",
-            &format!("        s.bind(('127.0.0.1', {port}))"),
-            "        break",
-            "    except OSError:",
-            "        time.sleep(0.02)",
+            &format!("s.bind(('127.0.0.1', {port}))"),
             "s.listen()",
             "time.sleep(600)",
         ]
@@ -147,7 +159,7 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     let plane = plane();
     let (client, first, second, ns) = super::both_nodes_and_a_registry("relay").await;
     let registry = cluster_ip(&client, &ns, "registry").await;
-    super::support::agent::helm(plane, "install", "relay", &ns, &relay_values(&ns, first, &[]));
+    super::support::agent::helm(plane, "install", "relay", &ns, &relay_values(&ns, first, RELAY_PORT, &[]));
 
     // Tools on the node push, and its runtime pulls, at the relay: host names it, the runtime falls back to host.
     let hosting = Api::<ConfigMap>::namespaced(client.clone(), &ns);
@@ -162,8 +174,8 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     assert!(!published.contains("hostFromContainerRuntime"), "readers take host:\n{published}");
 
     for node in [first, second] {
-        let said = wait_relay(&client, &ns, node, "True", "RelayServing").await;
-        assert!(said.contains(&format!("127.0.0.1:{RELAY_PORT} and [::1]:{RELAY_PORT} to {registry}:5000")), "{said}");
+        let said = format!("127.0.0.1:{RELAY_PORT} and [::1]:{RELAY_PORT} to {registry}:5000");
+        wait_relay(&client, &ns, node, "True", "RelayServing", &said).await;
         // Loopback only, whatever the Service says.
         assert_eq!(listening(node, RELAY_PORT), [format!("127.0.0.1:{RELAY_PORT}"), format!("[::1]:{RELAY_PORT}")]);
         let states = state(&client, &ns, node).await.and_then(|s| s.status).expect("a state");
@@ -216,29 +228,54 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
         "local-registry-publisher.io/host-from-container-runtime": null, "local-registry-publisher.io/host": null}}});
     services.patch("registry", &PatchParams::default(), &Patch::Merge(&clean)).await.expect("annotations off");
 
-    // The agent killed and its port taken meanwhile: the node says so, doctor names it, and it comes back by itself.
+    // The agent killed: its DaemonSet brings it back by itself, and the relay serves again.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    let on_second = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(second.name());
-    let agent = pods.list(&ListParams::default().labels(AGENT_PODS)).await.expect("agents");
-    let agent = agent.items.into_iter().find(on_second).expect("the second node's agent");
-    let squatter = Squatter::on(second, RELAY_PORT);
-    pods.delete(&agent.metadata.name.clone().unwrap_or_default(), &DeleteParams::default())
+    let killed = agent_on(&pods, second).await.expect("the second node's agent");
+    pods.delete(&killed.metadata.name.clone().unwrap_or_default(), &DeleteParams::default())
         .await
         .expect("kill the agent");
-    let said = wait_relay(&client, &ns, second, "False", "RelayPortTaken").await;
-    assert!(said.contains(&format!("127.0.0.1:{RELAY_PORT} (the relay of {ns}/registry) is taken")), "{said}");
+    let back = wait_until(SOON_ON_A_NODE, || async {
+        let agent = agent_on(&pods, second).await?;
+        let running = agent.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        (agent.metadata.uid != killed.metadata.uid && running).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "no agent came back on {}: {:?}", second.name(), agent_on(&pods, second).await);
+    let relaying = wait_until(SOON_ON_A_NODE, || async {
+        (listening(second, RELAY_PORT) == [format!("127.0.0.1:{RELAY_PORT}"), format!("[::1]:{RELAY_PORT}")])
+            .then_some(())
+    })
+    .await;
+    assert!(relaying.is_some(), "the agent came back but does not listen: {:?}", listening(second, RELAY_PORT));
+    run_on(&client, &ns, second, "after-a-restart", &format!("localhost:{RELAY_PORT}/relay/app:1")).await;
+
+    // The admin moves the relay to a port a process on the second node already holds: that node says so, doctor
+    // names it, the first node serves; once the port is free the agent takes it by itself. The port is held before
+    // the plan names it, so no agent can win it first.
+    let port = TAKEN_PORT;
+    let squatter = Squatter::on(second, port);
+    let held = wait_until(SOON_ON_A_NODE, || async {
+        (listening(second, port) == [format!("127.0.0.1:{port}")]).then_some(())
+    })
+    .await;
+    assert!(held.is_some(), "the squatter never listened at 127.0.0.1:{port}: {:?}", listening(second, port));
+    super::support::agent::helm(plane, "upgrade", "relay", &ns, &relay_values(&ns, first, port, &[]));
+    let taken = format!("127.0.0.1:{port} (the relay of {ns}/registry) is taken");
+    wait_relay(&client, &ns, second, "False", "RelayPortTaken", &taken).await;
+    let both = format!("127.0.0.1:{port} and [::1]:{port}");
+    wait_relay(&client, &ns, first, "True", "RelayServing", &both).await;
     let taken = format!("node {}: ", second.name());
     let report = wait_doctor_on(second, &ns, SOMETHING_WRONG, |r| {
         r.lines().any(|l| l.contains(&taken) && l.contains("RelayPortTaken"))
     })
     .await;
     assert!(
-        report.contains(&format!("sport = :{RELAY_PORT}")),
+        report.contains(&format!("sport = :{port}")),
         "doctor gives the command that shows who holds it:\n{report}"
     );
     drop(squatter);
-    wait_relay(&client, &ns, second, "True", "RelayServing").await;
-    run_on(&client, &ns, second, "after-the-squatter", &format!("localhost:{RELAY_PORT}/relay/app:1")).await;
+    wait_relay(&client, &ns, second, "True", "RelayServing", &both).await;
+    run_on(&client, &ns, second, "after-the-squatter", &format!("localhost:{port}/relay/app:1")).await;
 
     // The registry taken away: the plan relays nothing and every listener closes.
     let plans = Api::<ConfigMap>::namespaced(client.clone(), &ns);
@@ -250,26 +287,26 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     services.patch("registry", &PatchParams::default(), &Patch::Merge(&unlabel)).await.expect("unlabel");
     let changed = wait_until(SOON_ON_A_NODE, || async { (plan_text().await != before).then(Instant::now) }).await;
     let changed = changed.expect("the plan changed");
-    let closed =
-        wait_until(SOON_ON_A_NODE, || async { listening(second, RELAY_PORT).is_empty().then(Instant::now) }).await;
+    let closed = wait_until(SOON_ON_A_NODE, || async { listening(second, port).is_empty().then(Instant::now) }).await;
     let closed = closed.expect("the relay stopped listening");
     eprintln!(
         "[relay] listeners closed {:?} after the plan changed (polled)",
         closed.saturating_duration_since(changed)
     );
-    wait_relay(&client, &ns, second, "True", "NothingToRelay").await;
+    wait_relay(&client, &ns, second, "True", "NothingToRelay", "").await;
 
     // Published again, then the relay turned off: the agents on the pods' network again, nothing left listening.
     let relabel = json!({"metadata": {"labels": {super::support::agent::REGISTRY_LABEL: &ns}}});
     services.patch("registry", &PatchParams::default(), &Patch::Merge(&relabel)).await.expect("relabel");
-    wait_relay(&client, &ns, second, "True", "RelayServing").await;
+    wait_relay(&client, &ns, second, "True", "RelayServing", &both).await;
     let off = ["nodeAgent.relay.enabled=false".to_string(), "nodeAgent.runtime=containerd".into()];
-    let mut values = relay_values(&ns, first, &[]);
+    let mut values = relay_values(&ns, first, port, &[]);
     values.extend(off);
     super::support::agent::helm(plane, "upgrade", "relay", &ns, &values);
     for node in [first, second] {
-        let closed = wait_until(SOON_ON_A_NODE, || async { listening(node, RELAY_PORT).is_empty().then_some(()) });
-        assert!(closed.await.is_some(), "{} still listens at {RELAY_PORT} with the relay off", node.name());
+        let closed = wait_until(SOON_ON_A_NODE, || async { listening(node, port).is_empty().then_some(()) });
+        assert!(closed.await.is_some(), "{} still listens at {port} with the relay off", node.name());
+        assert!(listening(node, RELAY_PORT).is_empty(), "{} listens at the relay's first port", node.name());
     }
 
     super::support::agent::helm_uninstall(plane, "relay", &ns);
