@@ -344,13 +344,23 @@ impl Scenario {
 
     /// Waits for an Event with `reason` on `name` and returns its note.
     pub async fn wait_event(&self, name: &str, reason: &str) -> String {
+        self.wait_event_saying(name, reason, "").await
+    }
+
+    /// Waits for an Event with `reason` on `name` whose note says `says`, and returns its note: where other tests'
+    /// objects can cause Events of the same reason (a namespace every test's controller serves), the first is not
+    /// necessarily this test's.
+    pub async fn wait_event_saying(&self, name: &str, reason: &str, says: &str) -> String {
         let found = wait_until(SOON, || async {
-            self.events_for(name).await.into_iter().find(|(_, r, _)| r == reason).map(|(_, _, note)| note)
+            let mut events = self.events_for(name).await.into_iter();
+            events.find(|(_, r, note)| r == reason && note.contains(says)).map(|(_, _, note)| note)
         })
         .await;
         match found {
             Some(note) => note,
-            None => panic!("no {reason} Event on {name}; its events: {:?}", self.events_for(name).await),
+            None => {
+                panic!("no {reason} Event saying {says:?} on {name}; its events: {:?}", self.events_for(name).await)
+            }
         }
     }
 }
