@@ -47,6 +47,11 @@ fn listening(node: &RealNode, port: u16) -> Vec<String> {
     found
 }
 
+/// What the relay at `port` listens on, as [`listening`] lists it: both loopbacks.
+fn loopbacks(port: u16) -> [String; 2] {
+    [format!("127.0.0.1:{port}"), format!("[::1]:{port}")]
+}
+
 async fn state(client: &Client, ns: &str, node: &RealNode) -> Option<NodePullState> {
     Api::<NodePullState>::namespaced(client.clone(), ns).get_opt(node.name()).await.ok().flatten()
 }
@@ -177,7 +182,7 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
         let said = format!("127.0.0.1:{RELAY_PORT} and [::1]:{RELAY_PORT} to {registry}:5000");
         wait_relay(&client, &ns, node, "True", "RelayServing", &said).await;
         // Loopback only, whatever the Service says.
-        assert_eq!(listening(node, RELAY_PORT), [format!("127.0.0.1:{RELAY_PORT}"), format!("[::1]:{RELAY_PORT}")]);
+        assert_eq!(listening(node, RELAY_PORT), loopbacks(RELAY_PORT));
         let states = state(&client, &ns, node).await.and_then(|s| s.status).expect("a state");
         assert_eq!(states.relays.len(), 1);
         assert!(states.relays[0].listeners.iter().all(|l| l.state == ListenerState::Serving), "{states:?}");
@@ -222,7 +227,7 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     tokio::time::sleep(Duration::from_secs(3)).await;
     for node in [first, second] {
         assert!(listening(node, RELAY_PORT + 1).is_empty(), "a tenant's port is listened on");
-        assert_eq!(listening(node, RELAY_PORT), [format!("127.0.0.1:{RELAY_PORT}"), format!("[::1]:{RELAY_PORT}")]);
+        assert_eq!(listening(node, RELAY_PORT), loopbacks(RELAY_PORT));
     }
     let clean = json!({"metadata": {"annotations": {
         "local-registry-publisher.io/host-from-container-runtime": null, "local-registry-publisher.io/host": null}}});
@@ -241,11 +246,9 @@ async fn the_relay_serves_a_registry_on_another_node_at_both_loopbacks_with_no_r
     })
     .await;
     assert!(back.is_some(), "no agent came back on {}: {:?}", second.name(), agent_on(&pods, second).await);
-    let relaying = wait_until(SOON_ON_A_NODE, || async {
-        (listening(second, RELAY_PORT) == [format!("127.0.0.1:{RELAY_PORT}"), format!("[::1]:{RELAY_PORT}")])
-            .then_some(())
-    })
-    .await;
+    let relaying =
+        wait_until(SOON_ON_A_NODE, || async { (listening(second, RELAY_PORT) == loopbacks(RELAY_PORT)).then_some(()) })
+            .await;
     assert!(relaying.is_some(), "the agent came back but does not listen: {:?}", listening(second, RELAY_PORT));
     run_on(&client, &ns, second, "after-a-restart", &format!("localhost:{RELAY_PORT}/relay/app:1")).await;
 
